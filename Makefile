@@ -1,0 +1,33 @@
+# Two commands a new user needs: `make figures` and `make test`. Both build .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU build of torch; GPU users install the `gpu` extra into their own environment instead.
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+PROFILE ?= fast
+
+.PHONY: test figures lint bench install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[notebooks,dev]"
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/allocation_speed.py
+	$(BIN)/python benchmarks/rounding_gap.py
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .hypothesis

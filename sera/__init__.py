@@ -1,0 +1,44 @@
+"""sera: Scale-Equalized Rollout Allocation for finite-rollout Maximum Likelihood RL.
+
+The math core (fidelity, allocation, history, passk, plotting) needs numpy, scipy, pandas and
+matplotlib only; torch is imported by the modules that train.
+"""
+
+from sera.allocation import Allocation, Waterline, allocate, uniform, waterline
+from sera.estimators import (
+    aggregate,
+    groups_from_sizes,
+    grpo_advantages,
+    maxrl_advantages,
+    multiplicity_weights,
+    policy_loss,
+    rloo_advantages,
+)
+from sera.fidelity import kappa, log_success_series, mixed_probability, rollouts_for_fidelity
+from sera.history import SuccessHistory
+from sera.passk import paired_bootstrap, pass_at_k, pass_at_k_analytic
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Allocation",
+    "SuccessHistory",
+    "Waterline",
+    "aggregate",
+    "allocate",
+    "groups_from_sizes",
+    "grpo_advantages",
+    "kappa",
+    "log_success_series",
+    "maxrl_advantages",
+    "mixed_probability",
+    "multiplicity_weights",
+    "paired_bootstrap",
+    "pass_at_k",
+    "pass_at_k_analytic",
+    "policy_loss",
+    "rloo_advantages",
+    "rollouts_for_fidelity",
+    "uniform",
+    "waterline",
+]

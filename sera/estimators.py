@@ -1,0 +1,162 @@
+"""Per-response advantages over ragged groups, multiplicity weights and loss aggregation.
+
+Groups may have different sizes (SERA gives prompts different rollout counts): responses are
+labelled by a group id, or described by group sizes in order. numpy in, numpy out; torch in, torch
+out. Derived in notebooks/01_finite_rollout_fidelity.ipynb.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sera import _checks
+
+AGGREGATIONS = ("token-mean", "seqnorm")
+
+
+def groups_from_sizes(sizes) -> np.ndarray:
+    """Group id per response for consecutive groups of these sizes: [2, 3] -> [0, 0, 1, 1, 1]."""
+    sizes = np.asarray(sizes)
+    if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(sizes.dtype, np.integer) \
+            or (sizes < 1).any():
+        raise ValueError(f"sizes must be a non-empty 1-D array of integers >= 1, got "
+                         f"{_checks.describe_safe(sizes)}")
+    return np.repeat(np.arange(sizes.size), sizes)
+
+
+def _grouping(rewards, groups, sizes):
+    """(rewards as float, inverse group index, number of groups, array module), all checked."""
+    xp = _checks.namespace(rewards, groups)
+    if (groups is None) == (sizes is None):
+        raise ValueError("give exactly one of groups (an id per response) or sizes (per group)")
+    if groups is None:
+        groups = groups_from_sizes(sizes)
+        if xp is not np:
+            groups = xp.as_tensor(groups, device=rewards.device)
+    if xp is np:
+        rewards = np.asarray(rewards, dtype=float)
+        groups = np.asarray(groups)
+    else:
+        rewards = xp.as_tensor(rewards)
+        rewards = rewards if rewards.is_floating_point() else rewards.double()
+        groups = xp.as_tensor(groups, device=rewards.device)
+    if rewards.ndim != 1 or groups.ndim != 1:
+        raise ValueError(f"rewards and groups must be 1-D (one entry per response); got shapes "
+                         f"{tuple(rewards.shape)} and {tuple(groups.shape)}")
+    if rewards.shape[0] != groups.shape[0]:
+        raise ValueError(f"rewards and groups must have the same length; got {rewards.shape[0]} "
+                         f"rewards and {groups.shape[0]} group ids")
+    if rewards.shape[0] == 0:
+        raise ValueError("rewards is empty; give at least one response")
+    if not bool(xp.isfinite(rewards).all()):
+        raise ValueError("rewards must be finite; got NaN or infinity")
+    if xp is np:
+        _, inverse = np.unique(groups, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    else:
+        _, inverse = xp.unique(groups, return_inverse=True)
+    n_groups = int(inverse.max()) + 1
+    return rewards, inverse, n_groups, xp
+
+
+def _group_sum(values, inverse, n_groups, xp):
+    if xp is np:
+        return np.bincount(inverse, weights=values, minlength=n_groups)
+    return xp.zeros(n_groups, dtype=values.dtype, device=values.device).index_add_(
+        0, inverse, values)
+
+
+def _group_stats(rewards, inverse, n_groups, xp):
+    """Per-response group size and group mean."""
+    size = _group_sum(xp.ones_like(rewards), inverse, n_groups, xp)
+    mean = _group_sum(rewards, inverse, n_groups, xp) / size
+    return size[inverse], mean[inverse]
+
+
+def maxrl_advantages(rewards, groups=None, centered=True, *, sizes=None):
+    """MaxRL advantages A_i = (r_i - rbar_g) / rbar_g (centered) or r_i / rbar_g (uncentered).
+
+    rbar_g is the mean reward of response i's group; a group without success gets A = 0. With
+    these advantages the per-prompt estimator (1/N) sum_i A_i grad log pi(y_i) has expectation
+    kappa(p, N) grad log p (sera.kappa). Derivation: notebooks/01_finite_rollout_fidelity.ipynb.
+    """
+    rewards, inverse, n_groups, xp = _grouping(rewards, groups, sizes)
+    if bool((rewards < 0).any()):
+        raise ValueError("MaxRL rewards must be >= 0 (success indicators); got a negative reward")
+    _, mean = _group_stats(rewards, inverse, n_groups, xp)
+    positive = mean > 0
+    safe = xp.where(positive, mean, xp.ones_like(mean))
+    advantage = (rewards - mean) / safe if centered else rewards / safe
+    return xp.where(positive, advantage, xp.zeros_like(advantage))
+
+
+def grpo_advantages(rewards, groups=None, eps: float = 1e-6, unbiased: bool = True, *,
+                    sizes=None):
+    """GRPO advantages (r_i - mean_g) / (std_g + eps); the std is the sample (n-1) one by default.
+
+    A group of one response gets 0 (its spread is undefined).
+    """
+    rewards, inverse, n_groups, xp = _grouping(rewards, groups, sizes)
+    size, mean = _group_stats(rewards, inverse, n_groups, xp)
+    centered = rewards - mean
+    squares = _group_sum(centered * centered, inverse, n_groups, xp)[inverse]
+    dof = size - 1 if unbiased else size
+    scale = xp.sqrt(squares / xp.where(dof > 0, dof, xp.ones_like(dof))) + eps
+    # A group with no spread has every centered reward at 0; keep it 0 even when eps = 0.
+    scale = xp.where(scale > 0, scale, xp.ones_like(scale))
+    return xp.where(size > 1, centered / scale, xp.zeros_like(centered))
+
+
+def rloo_advantages(rewards, groups=None, *, sizes=None):
+    """RLOO advantages r_i - mean of the other responses of the group = n/(n-1) (r_i - mean_g).
+
+    A group of one response gets 0.
+    """
+    rewards, inverse, n_groups, xp = _grouping(rewards, groups, sizes)
+    size, mean = _group_stats(rewards, inverse, n_groups, xp)
+    scale = size / xp.where(size > 1, size - 1, xp.ones_like(size))
+    return xp.where(size > 1, scale * (rewards - mean), xp.zeros_like(rewards))
+
+
+def multiplicity_weights(counts, n0: float):
+    """Per-prompt response weight n0 / N_q (0 where N_q = 0), so that each prompt's N_q responses
+    carry the same total weight n0 in a response-mean loss. See sera.allocate."""
+    n0 = _checks.real(n0, "n0", 0.0, float("inf"), low_open=True)
+    counts = np.asarray(counts, dtype=float)
+    if (counts < 0).any() or not np.isfinite(counts).all():
+        raise ValueError("counts must be finite and >= 0")
+    weights = np.zeros_like(counts)
+    np.divide(n0, counts, out=weights, where=counts > 0)
+    return weights
+
+
+def aggregate(token_losses, mask, mode: str = "token-mean", max_len: int | None = None):
+    """Reduce a (responses, tokens) matrix of per-token losses to a scalar.
+
+    token-mean: sum of the losses over all response tokens / number of response tokens.
+    seqnorm: each response's summed loss / max_len, averaged over responses (Dr. GRPO style), so a
+    response's length does not change its weight. max_len is the fixed generation limit.
+    """
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"mode must be one of {AGGREGATIONS}, got {mode!r}")
+    if tuple(token_losses.shape) != tuple(mask.shape) or token_losses.ndim != 2:
+        raise ValueError(f"token_losses and mask must both be (responses, tokens); got shapes "
+                         f"{tuple(token_losses.shape)} and {tuple(mask.shape)}")
+    mask = mask.to(token_losses.dtype) if _checks.is_torch(mask) else np.asarray(mask, dtype=float)
+    total = (token_losses * mask).sum()
+    if mode == "token-mean":
+        return total / max(float(mask.sum()), 1.0)
+    if max_len is None:
+        raise ValueError("seqnorm needs max_len, the fixed maximum response length")
+    max_len = _checks.integer(max_len, "max_len", minimum=1)
+    return total / (token_losses.shape[0] * max_len)
+
+
+def policy_loss(logprobs, advantages, mask, weights=None, mode: str = "token-mean",
+                max_len: int | None = None):
+    """Policy-gradient surrogate -w_i A_i log pi(token) per response token, aggregated by `mode`.
+
+    logprobs and mask are (responses, tokens); advantages and weights are per response.
+    """
+    scale = advantages if weights is None else advantages * weights
+    return aggregate(-scale[:, None] * logprobs, mask, mode=mode, max_len=max_len)

@@ -1,0 +1,106 @@
+"""Historical success estimates: discounted counts with a Beta prior, frozen within an epoch.
+
+Used by the trainers to feed the allocator without pilot sampling; the batch falls back to uniform
+counts when any of its prompts has no estimate yet. See notebooks/03_allocation_vs_success.ipynb.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sera import _checks
+from sera.allocation import Allocation, allocate
+
+
+class SuccessHistory:
+    """Per-prompt discounted success/failure counts s, f with estimate
+    p_hat = (s + alpha) / (s + f + alpha + beta).
+
+    Outcomes recorded during an epoch wait in a pending buffer and are folded in by end_epoch():
+    s <- gamma * s + new successes (likewise f), so estimates stay frozen within an epoch. A prompt
+    becomes available once at least one of its outcomes has been folded in; the prior alone does
+    not make it available.
+    """
+
+    def __init__(self, n_prompts: int, gamma: float = 0.9, alpha: float = 1.0, beta: float = 1.0):
+        self.n_prompts = _checks.integer(n_prompts, "n_prompts", minimum=1)
+        self.gamma = _checks.real(gamma, "gamma", 0.0, 1.0)
+        self.alpha = _checks.real(alpha, "alpha", 0.0, np.inf, low_open=True)
+        self.beta = _checks.real(beta, "beta", 0.0, np.inf, low_open=True)
+        self.successes = np.zeros(self.n_prompts)
+        self.failures = np.zeros(self.n_prompts)
+        self.observed = np.zeros(self.n_prompts, dtype=bool)
+        self._pending_s = np.zeros(self.n_prompts)
+        self._pending_f = np.zeros(self.n_prompts)
+        self.epoch = 0
+
+    def _ids(self, prompt_ids, name="prompt_ids") -> np.ndarray:
+        ids = np.asarray(prompt_ids)
+        if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"{name} must be a 1-D array of integer prompt indices, got "
+                             f"{_checks.describe_safe(prompt_ids)}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n_prompts):
+            raise ValueError(f"{name} must lie in [0, {self.n_prompts - 1}], got values from "
+                             f"{ids.min()} to {ids.max()}")
+        return ids
+
+    def record(self, prompt_ids, rewards) -> None:
+        """Queue one outcome per response (reward in [0, 1]) for the next epoch boundary."""
+        ids = self._ids(prompt_ids)
+        rewards = _checks.probabilities(rewards, "rewards")
+        rewards = np.asarray(rewards, dtype=float).reshape(-1)
+        if rewards.size != ids.size:
+            raise ValueError(f"prompt_ids and rewards must have the same length; got {ids.size} "
+                             f"and {rewards.size}")
+        np.add.at(self._pending_s, ids, rewards)
+        np.add.at(self._pending_f, ids, 1.0 - rewards)
+
+    def end_epoch(self) -> None:
+        """Fold the pending outcomes in, discounting what was known before."""
+        seen = (self._pending_s + self._pending_f) > 0
+        self.successes = self.gamma * self.successes + self._pending_s
+        self.failures = self.gamma * self.failures + self._pending_f
+        self.observed |= seen
+        self._pending_s[:] = 0.0
+        self._pending_f[:] = 0.0
+        self.epoch += 1
+
+    def estimate(self, prompt_ids=None):
+        """(p_hat, available) for the given prompts (all prompts when None)."""
+        ids = np.arange(self.n_prompts) if prompt_ids is None else self._ids(prompt_ids)
+        s, f = self.successes[ids], self.failures[ids]
+        p_hat = (s + self.alpha) / (s + f + self.alpha + self.beta)
+        return p_hat, self.observed[ids].copy()
+
+    def plan(self, prompt_ids, budget, **allocate_kwargs) -> Allocation:
+        """Allocate the budget over a batch from the frozen estimates; uniform counts (with
+        fallback=True) when any prompt of the batch has no estimate yet."""
+        p_hat, available = self.estimate(prompt_ids)
+        if available.all():
+            return allocate(p_hat, budget, **allocate_kwargs)
+        kwargs = {k: v for k, v in allocate_kwargs.items() if k in ("n_min", "n_max", "n0")}
+        result = allocate(p_hat, budget, method="uniform", **kwargs)
+        return _with_fallback(result)
+
+    def state_dict(self) -> dict:
+        """Everything needed to resume; arrays are copied."""
+        return {"gamma": self.gamma, "alpha": self.alpha, "beta": self.beta, "epoch": self.epoch,
+                "successes": self.successes.copy(), "failures": self.failures.copy(),
+                "observed": self.observed.copy(), "pending_s": self._pending_s.copy(),
+                "pending_f": self._pending_f.copy()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gamma, self.alpha, self.beta = state["gamma"], state["alpha"], state["beta"]
+        self.epoch = int(state["epoch"])
+        self.successes = np.array(state["successes"], dtype=float)
+        self.failures = np.array(state["failures"], dtype=float)
+        self.observed = np.array(state["observed"], dtype=bool)
+        self._pending_s = np.array(state["pending_s"], dtype=float)
+        self._pending_f = np.array(state["pending_f"], dtype=float)
+        self.n_prompts = self.successes.size
+
+
+def _with_fallback(result: Allocation) -> Allocation:
+    from dataclasses import replace
+
+    return replace(result, fallback=True)

@@ -1,0 +1,48 @@
+"""Historical estimates: frozen within an epoch, discounted at the boundary, availability."""
+
+import numpy as np
+import pytest
+
+import sera
+
+
+def test_estimates_are_frozen_until_the_epoch_ends():
+    history = sera.SuccessHistory(3, gamma=0.5, alpha=1.0, beta=1.0)
+    p_hat, available = history.estimate()
+    np.testing.assert_allclose(p_hat, 0.5)
+    assert not available.any()
+    history.record([0, 0, 0, 1], [1, 1, 0, 0])
+    assert not history.estimate()[1].any()  # nothing folded in yet
+    history.end_epoch()
+    p_hat, available = history.estimate()
+    np.testing.assert_allclose(p_hat, [(2 + 1) / (3 + 2), (0 + 1) / (1 + 2), 0.5])
+    np.testing.assert_array_equal(available, [True, True, False])
+    history.record([0, 0], [0, 0])
+    history.end_epoch()
+    # s = 0.5 * 2 + 0, f = 0.5 * 1 + 2
+    assert history.estimate([0])[0][0] == pytest.approx((1 + 1) / (1 + 2.5 + 2))
+
+
+def test_plan_falls_back_to_uniform_until_every_prompt_is_seen():
+    history = sera.SuccessHistory(4)
+    history.record([0, 1, 2], [1, 0, 1])
+    history.end_epoch()
+    plan = history.plan([0, 1, 3], 24, n_max=16)
+    assert plan.fallback and plan.method == "uniform"
+    np.testing.assert_array_equal(plan.counts, [8, 8, 8])
+    plan = history.plan([0, 1, 2], 24, n_max=16)
+    assert not plan.fallback and plan.method == "paper"
+    assert plan.counts[1] > plan.counts[0]  # the prompt that failed gets more rollouts
+
+
+def test_state_round_trip():
+    history = sera.SuccessHistory(5, gamma=0.8)
+    history.record([1, 2, 2], [1, 0, 1])
+    history.end_epoch()
+    history.record([4], [1])
+    restored = sera.SuccessHistory(5)
+    restored.load_state_dict(history.state_dict())
+    history.end_epoch()
+    restored.end_epoch()
+    np.testing.assert_allclose(restored.estimate()[0], history.estimate()[0])
+    np.testing.assert_array_equal(restored.estimate()[1], history.estimate()[1])
