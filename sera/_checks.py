@@ -40,6 +40,9 @@ def probabilities(p, name: str = "p"):
             values = np.asarray(p, dtype=float)
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be numbers in [0, 1], got {describe_safe(p)}") from exc
+        # Two reductions, no temporaries; NaN makes both comparisons false.
+        if values.size and values.min() >= 0 and values.max() <= 1:
+            return values
         bad = ~((values >= 0) & (values <= 1))
     if bool(bad.any()):
         first = values[bad].reshape(-1)[0]

@@ -107,28 +107,49 @@ def _bounds(n_prompts: int, budget, n_min, n_max):
 
 
 class _Interior:
-    """The prompts with 0 < p < 1, sorted by h = -log(1-p), with what S(lam) needs."""
+    """The prompts with 0 < p < 1, sorted by h = -log(1-p), with what S(lam) needs.
+
+    Prompt q sits at lo for lam <= a_q = (lo-1) h_q and at hi for lam >= b_q = (hi-1) h_q; both
+    breakpoint lists are sorted with h, so S(lam) = sum_q clip(1 + lam/h_q, lo, hi) is evaluated
+    in O(log B) from prefix sums of 1/h.
+    """
+
+    BLOCK = 1024
 
     def __init__(self, h: np.ndarray, lo: int, hi: int):
-        self.h = np.sort(h)
+        self.h = h  # sorted ascending, all 0 < h < inf
         self.lo, self.hi, self.size = lo, hi, h.size
-        self.a = (lo - 1) * self.h  # below a_q the prompt sits at lo
-        self.b = (hi - 1) * self.h  # above b_q it sits at hi
-        self.w = np.concatenate(([0.0], np.cumsum(1.0 / self.h)))
+        # Prefix sums of 1/h per block of BLOCK prompts; the binary search needs only O(log B)
+        # of them, so a full-length cumsum (and its memory) is not worth it. Chunks of 64 blocks
+        # keep the temporaries in cache.
+        whole = h.size // self.BLOCK * self.BLOCK
+        sums = np.zeros(whole // self.BLOCK + 1)
+        step = 64 * self.BLOCK
+        for start in range(0, whole, step):
+            stop = min(start + step, whole)
+            block_sums = np.reciprocal(h[start:stop]).reshape(-1, self.BLOCK).sum(axis=1)
+            sums[1 + start // self.BLOCK:1 + stop // self.BLOCK] = block_sums
+        self.block_cum = np.cumsum(sums)
+
+    def _w(self, i: int) -> float:
+        """sum of 1/h over the i smallest h."""
+        block = i // self.BLOCK
+        tail = self.h[block * self.BLOCK:i]
+        return float(self.block_cum[block] + np.reciprocal(tail).sum())
 
     def total(self, lam: float) -> float:
-        """S(lam) = sum_q clip(1 + lam/h_q, lo, hi), in O(log B)."""
-        i_hi = int(np.searchsorted(self.b, lam, "right"))
-        i_lo = int(np.searchsorted(self.a, lam, "left"))
+        """S(lam). Prompts exactly at a breakpoint may land on either side: S is continuous."""
+        i_hi = int(np.searchsorted(self.h, lam / (self.hi - 1), "right"))
+        i_lo = max(int(np.searchsorted(self.h, lam / (self.lo - 1), "left")), i_hi)
         return (i_hi * self.hi + (self.size - i_lo) * self.lo + (i_lo - i_hi)
-                + lam * (self.w[i_lo] - self.w[i_hi]))
+                + lam * (self._w(i_lo) - self._w(i_hi)))
 
-    def _first_reaching(self, points: np.ndarray, target: float) -> int:
-        """Index of the first breakpoint with S >= target (binary search; S is nondecreasing)."""
-        left, right = 0, points.size
+    def _first_reaching(self, scale: int, target: float) -> int:
+        """First j with S(scale * h_j) >= target (binary search; S is nondecreasing)."""
+        left, right = 0, self.size
         while left < right:
             mid = (left + right) // 2
-            if self.total(points[mid]) >= target:
+            if self.total(scale * self.h[mid]) >= target:
                 right = mid
             else:
                 left = mid + 1
@@ -138,58 +159,68 @@ class _Interior:
         """The smallest lam with S(lam) = target, exact up to rounding: S is piecewise linear, so
         the segment holding the target is found among the breakpoints and solved in closed form.
         At target = size*lo the flat start is resolved to its right end, lam = (lo-1) h_min."""
+        lo, hi, h = self.lo - 1, self.hi - 1, self.h
         if target <= self.size * self.lo:
-            return float(self.a[0])
+            return float(lo * h[0])
         if target >= self.size * self.hi:
-            return float(self.b[-1])
-        ja = self._first_reaching(self.a, target)
-        jb = self._first_reaching(self.b, target)
-        below = [0.0] + ([self.a[ja - 1]] if ja > 0 else []) + ([self.b[jb - 1]] if jb > 0 else [])
-        above = ([self.a[ja]] if ja < self.size else []) + ([self.b[jb]] if jb < self.size else [])
-        start = float(max(below))
-        i_hi = int(np.searchsorted(self.b, start, "right"))
-        i_lo = int(np.searchsorted(self.a, start, "right"))
-        slope = self.w[i_lo] - self.w[i_hi]
-        lam = start + (target - self.total(start)) / slope
-        return float(min(lam, min(above))) if above else float(lam)
+            return float(hi * h[-1])
+        ja = self._first_reaching(lo, target)  # a_j < lam exactly for j < ja on the segment
+        jb = self._first_reaching(hi, target)  # b_j < lam exactly for j < jb
+        start = max(0.0, lo * h[ja - 1] if ja else 0.0, hi * h[jb - 1] if jb else 0.0)
+        ends = ([lo * h[ja]] if ja < self.size else []) + ([hi * h[jb]] if jb < self.size else [])
+        # On (start, end) the unclipped prompts are exactly jb <= j < ja.
+        lam = start + (target - self.total(start)) / (self._w(ja) - self._w(jb))
+        return float(min([lam, *ends]))
 
 
-def _share(total: int, members: np.ndarray, base: np.ndarray) -> None:
-    """Spread `total` rollouts evenly over the prompts in `members` (the first ones get the odd
-    rollouts), in place in `base`; used where fidelity cannot tell prompts apart (p = 0 or 1)."""
-    idx = np.flatnonzero(members)
-    base[idx] += total // idx.size
-    base[idx[: total % idx.size]] += 1
-
-
-def _solve(p: np.ndarray, budget: int, lo: int, hi: int):
-    """Continuous waterline. Returns (counts, lam, interior, interior_budget) where the last two
-    are what the exact integer method reuses (interior is None outside the interior phase)."""
-    zero, one = p == 0, p == 1
-    inner = ~(zero | one)
-    n_zero, n_one, n_inner = int(zero.sum()), int(one.sum()), int(inner.sum())
-    counts = np.full(p.size, float(lo))
-    extra = budget - p.size * lo
-    if n_zero and extra <= n_zero * (hi - lo):
-        # p = 0 prompts rise as soon as lam > 0, before any other prompt leaves lo.
-        counts[zero] += extra / n_zero
-        return counts, 0.0, None, 0
-    counts[zero] = hi
-    inner_budget = budget - n_zero * hi - n_one * lo
-    if n_inner == 0 or inner_budget >= n_inner * hi:
-        counts[inner] = hi
-        if n_one and inner_budget > n_inner * hi:
-            # p = 1 prompts only rise once every other prompt is full: lam = infinity.
-            counts[one] += (inner_budget - n_inner * hi) / n_one
-            return counts, math.inf, None, 0
-        h_max = float(-np.log1p(-p[inner]).max()) if n_inner else 0.0
-        return counts, (hi - 1) * h_max, None, 0
+def _hazard(p: np.ndarray) -> np.ndarray:
+    """h = -log(1-p): kappa(p, n) = 1 - exp(-(n-1) h). 0 at p = 0, inf at p = 1."""
+    h = np.negative(p)
     with np.errstate(divide="ignore"):
-        h = -np.log1p(-p[inner])
-    interior = _Interior(h, lo, hi)
+        np.log1p(h, out=h)
+    return np.negative(h, out=h)
+
+
+class _Solution(NamedTuple):
+    counts: np.ndarray  # continuous counts
+    lam: float
+    interior: _Interior | None  # set in the interior phase, 0 < lam < inf
+    inner_budget: int  # the part of the budget the 0 < p < 1 prompts share
+    scratch: np.ndarray  # the sorted hazards' buffer, free once the interior is done with
+
+
+def _solve(h: np.ndarray, budget: int, lo: int, hi: int) -> _Solution:
+    """Continuous waterline from the hazards h, in three phases: p = 0 prompts fill first
+    (lam = 0), then the interior rises with lam, then p = 1 prompts (lam = inf)."""
+    ordered = np.sort(h)  # p = 0 (h = 0) first, p = 1 (h = inf) last
+    n_zero = int(np.searchsorted(ordered, 0.0, "right"))
+    n_one = h.size - int(np.searchsorted(ordered, np.inf, "left"))
+    n_inner = h.size - n_zero - n_one
+    extra = budget - h.size * lo
+    if n_zero and extra <= n_zero * (hi - lo):
+        counts = np.where(h == 0, lo + extra / n_zero, float(lo))
+        return _Solution(counts, 0.0, None, 0, ordered)
+    inner_budget = budget - n_zero * hi - n_one * lo
+    if n_inner and inner_budget <= n_inner * lo:
+        # Everything at lo: report the lowest fidelity, the right end of S's flat start.
+        counts = np.where(h == 0, float(hi), float(lo))
+        return _Solution(counts, (lo - 1) * float(ordered[n_zero]), None, 0, ordered)
+    if n_inner == 0 or inner_budget >= n_inner * hi:
+        if n_one and inner_budget > n_inner * hi:
+            share = lo + (inner_budget - n_inner * hi) / n_one
+            return _Solution(np.where(h == np.inf, share, float(hi)), math.inf, None, 0, ordered)
+        h_max = float(ordered[n_zero + n_inner - 1]) if n_inner else 0.0
+        counts = np.where(h == np.inf, float(lo), float(hi))
+        return _Solution(counts, (hi - 1) * h_max, None, 0, ordered)
+    interior = _Interior(ordered[n_zero:n_zero + n_inner], lo, hi)
     lam = interior.level(inner_budget)
-    counts[inner] = np.clip(1.0 + lam / h, lo, hi)
-    return counts, lam, interior, inner_budget
+    # With 0 < lam < inf one formula covers every prompt: lam / 0 = inf puts p = 0 at hi and
+    # lam / inf = 0 puts p = 1 at lo.
+    with np.errstate(divide="ignore"):
+        counts = np.divide(lam, h)
+    counts += 1.0
+    np.clip(counts, lo, hi, out=counts)
+    return _Solution(counts, lam, interior, inner_budget, ordered)
 
 
 def waterline(p, budget, n_min=2, n_max=None) -> Waterline:
@@ -202,93 +233,125 @@ def waterline(p, budget, n_min=2, n_max=None) -> Waterline:
     """
     p = _checks.batch_probabilities(p)
     budget, lo, hi = _bounds(p.size, budget, n_min, n_max)
-    counts, lam, _, _ = _solve(p, budget, lo, hi)
-    return Waterline(counts, float(lam))
+    solution = _solve(_hazard(p), budget, lo, hi)
+    return Waterline(solution.counts, float(solution.lam))
 
 
 # ----------------------------------------------------------------------------- integerization
 
 
-def _round_paper(p, continuous, lam, budget, hi) -> np.ndarray:
+def _round_paper(h, solution: _Solution, budget, hi) -> np.ndarray:
     """The paper's exact-budget rounding: floor, then one extra rollout each to the prompts whose
-    one-increment squared fidelity error (kappa(p, floor + 1) - level)^2 is smallest."""
-    counts = np.floor(continuous + 1e-9).astype(np.int64)
-    counts = np.minimum(counts, hi)
+    one-increment squared fidelity error (kappa(p, f + 1) - level)^2 is smallest (f the floor).
+
+    Every eligible prompt has kappa(p, f + 1) >= level (its continuous count lies in [f, f + 1),
+    or it sits at n_min above the level), so the smallest errors are the smallest
+    kappa(p, f + 1) = 1 - exp(-f h): ranking f * h picks the same prompts without an exp.
+    The solution's scratch buffer and then h itself serve as workspace (h is consumed).
+    """
+    scratch = np.add(solution.counts, 1e-9, out=solution.scratch)  # a hair below k is k
+    counts = scratch.astype(np.int64)  # truncation is floor for positive counts
     short = budget - int(counts.sum())
     if short <= 0:
         return counts
-    level = 1.0 - math.exp(-lam)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        h = -np.log1p(-p)
-        # kappa(p, f + 1) = 1 - (1-p)**f = -expm1(-f h); f >= 2 so f*h is never 0 * inf.
-        error = (-np.expm1(-counts * h) - level) ** 2
-    eligible = np.flatnonzero(counts < hi)
-    chosen = _smallest(error[eligible], short, eligible)
-    counts[chosen] += 1
+    full = counts >= hi
+    order_key = np.multiply(counts, h, out=scratch)  # f >= 2, so never 0 * inf
+    np.copyto(order_key, np.inf, where=full)  # prompts at hi are not eligible
+    np.copyto(h, order_key)  # h is done with: partition a copy of the keys in its place
+    h.partition(short - 1)
+    cut = h[short - 1]
+    below = order_key < cut
+    counts += below
+    missing = short - int(np.count_nonzero(below))
+    if missing:
+        # Equal keys: lowest index first. A cut at inf is shared by p = 1 prompts (eligible)
+        # and the prompts at hi (not eligible).
+        tie = order_key == cut
+        if np.isinf(cut):
+            tie &= ~full
+        counts[np.flatnonzero(tie)[:missing]] += 1
     return counts
 
 
-def _smallest(values: np.ndarray, k: int, labels: np.ndarray) -> np.ndarray:
-    """Labels of the k smallest values, ties broken towards the lowest label; O(n)."""
-    if k >= values.size:
-        return labels
-    cut = np.partition(values, k - 1)[k - 1]
-    below = values < cut
-    ties = np.flatnonzero(values == cut)[: k - int(below.sum())]
-    return np.concatenate((labels[below], labels[ties]))
-
-
-def _round_exact(p, budget, lo, hi) -> np.ndarray:
+def _round_exact(h, solution: _Solution, budget, lo, hi) -> np.ndarray:
     """Integer water-filling: raise, one rollout at a time, the prompt whose fidelity is lowest
-    (ties: fewest rollouts, then lowest index). The result is the lexicographically max-min
-    integer allocation. Raising prompt q from n to n+1 has key (n-1) h_q, so the allocation takes
-    the R smallest keys; the continuous solutions at budgets M and M - B bracket the R-th key, which
-    is then selected in O(B) among fewer than 2B candidate keys."""
-    continuous, lam, interior, inner_budget = _solve(p, budget, lo, hi)
-    zero, one = p == 0, p == 1
-    counts = np.full(p.size, lo, dtype=np.int64)
-    extra = budget - p.size * lo
-    if interior is None:
-        # Outside the interior phase the continuous counts are integers except where several
-        # p = 0 (or p = 1) prompts share the remainder evenly.
-        if zero.any() and extra <= zero.sum() * (hi - lo):
-            _share(extra, zero, counts)
-            return counts
-        counts[~one] = hi
+    (ties: fewest rollouts, then lowest index). For 0 < p < 1 the result is the lexicographically
+    max-min integer allocation; p = 0 and p = 1 follow the waterline's limits.
+
+    Raising prompt q from n to n+1 has key (n-1) h_q, so the allocation takes the R smallest keys.
+    The continuous solutions at budgets M and M - B bracket the R-th key, which is then selected in
+    O(B) among fewer than 2B candidate keys.
+    """
+    if solution.interior is None:
+        # Outside the interior phase the continuous counts are integers, except where several
+        # p = 0 (or p = 1) prompts share a remainder evenly: the first of them get one more.
+        counts = np.floor(solution.counts + 1e-9).astype(np.int64)
         rest = budget - int(counts.sum())
-        if rest:
-            _share(rest, one, counts)
+        counts[np.flatnonzero(solution.counts - counts > 1e-9)[:rest]] += 1
         return counts
-    counts[zero] = hi
-    inner = np.flatnonzero(~(zero | one))
-    h = -np.log1p(-p[inner])
-    wanted = inner_budget - inner.size * lo  # increments to hand out over the interior
-    low_budget = inner_budget - inner.size
-    t_low = interior.level(low_budget) if low_budget > inner.size * lo else 0.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        first = np.clip(np.ceil(t_low / h) - 1, lo - 1, hi - 1).astype(np.int64)
-        last = np.clip(np.ceil(lam / h) + 1, lo - 1, hi - 1).astype(np.int64)
-    # Keys are m * h_q for m = n - 1 in [lo - 1, hi - 2]; those below `first` are surely taken,
-    # those at or above `last` surely not; the candidates are m in [first, last).
+    interior = solution.interior
+    size = interior.size
+    wanted = solution.inner_budget - size * lo  # increments to hand out over the interior
+    t_low = interior.level(solution.inner_budget - size)
+    # Keys are m * h_q for m = n - 1 in [lo - 1, hi - 2]. Those with m * h_q < t_low are taken
+    # and those >= lam are not, so only m in [ceil(t_low / h), ceil(lam / h)) are candidates. A
+    # float error could only matter when the R-th key lies within rounding of t_low or lam; then
+    # the bracket is widened by one key on each side. p = 0 (h = 0) lands at hi and p = 1
+    # (h = inf) at lo through the same formulas, with no candidates.
+    for margin in (0, 1):
+        picked = _pick_keys(h, t_low, solution.lam, wanted, lo, hi, margin)
+        if picked is not None:
+            return picked + lo
+    raise RuntimeError("integer water-filling lost its bracket; please report this input")
+
+
+def _bracket(h, t, lo, hi, shift):
+    """clip(ceil(t / h) + shift, lo - 1, hi - 1) as floats; t > 0, so t / 0 = inf, never NaN."""
+    with np.errstate(divide="ignore"):
+        out = np.divide(t, h)
+    np.ceil(out, out=out)
+    out += shift
+    return np.clip(out, lo - 1, hi - 1, out=out)
+
+
+def _pick_keys(h, t_low, lam, wanted, lo, hi, margin):
+    """Increments per prompt when the `wanted` smallest keys m * h_q are taken, or None when the
+    bracket [t_low, lam) with this margin does not provably hold the wanted-th key."""
+    first = _bracket(h, t_low, lo, hi, -margin)
+    last = _bracket(h, lam, lo, hi, margin)
     taken = first - (lo - 1)
-    need = wanted - int(taken.sum())
+    need = wanted + int((h == 0).sum()) * (hi - lo) - int(taken.sum())
     sizes = last - first
-    owner = np.repeat(np.arange(inner.size), sizes)
-    offsets = np.arange(owner.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    m = first[owner] + offsets
+    # Candidates come in layers: layer j holds the (j+1)-th candidate of each prompt that has one.
+    layers, idx, j = [], np.flatnonzero(sizes > 0), 0
+    while idx.size:
+        layers.append(idx)
+        j += 1
+        idx = idx[sizes[idx] > j]
+    if not layers:
+        return taken.astype(np.int64) if need == 0 else None
+    owner = np.concatenate(layers)
+    m = first[owner] + np.repeat(np.arange(len(layers), dtype=float), [x.size for x in layers])
     keys = m * h[owner]
     if not 0 <= need <= keys.size:
-        raise RuntimeError(f"integer water-filling lost its bracket (need={need}, "
-                           f"candidates={keys.size}); please report this input")
-    if need:
-        cut = np.partition(keys, need - 1)[need - 1]
-        below = keys < cut
-        tie = np.flatnonzero(keys == cut)
-        tie = tie[np.lexsort((owner[tie], m[tie]))][: need - int(below.sum())]
-        chosen = np.concatenate((owner[below], owner[tie]))
-        taken += np.bincount(chosen, minlength=inner.size)
-    counts[inner] = lo + taken
-    return counts
+        return None
+    if need == 0:
+        return taken.astype(np.int64)
+    cut = np.partition(keys, need - 1)[need - 1]
+    if margin == 0 and not t_low * (1 + 1e-12) < cut < lam * (1 - 1e-12):
+        return None
+    chosen = keys < cut
+    tie = np.flatnonzero(keys == cut)
+    # Equal fidelity: fewest rollouts first (smaller m), then the lower index.
+    tie = tie[np.lexsort((owner[tie], m[tie]))][: need - int(chosen.sum())]
+    chosen[tie] = True
+    # A prompt's keys grow with m, so its chosen candidates are a prefix: count them per layer.
+    start = 0
+    for layer in layers:
+        stop = start + layer.size
+        taken[layer[chosen[start:stop]]] += 1
+        start = stop
+    return taken.astype(np.int64)
 
 
 def _uniform_counts(n_prompts: int, budget: int) -> np.ndarray:
@@ -298,16 +361,17 @@ def _uniform_counts(n_prompts: int, budget: int) -> np.ndarray:
 
 
 def _integer(p, budget, lo, hi, method):
-    """Integer counts plus the continuous solution for one retained set."""
+    """Integer counts, continuous counts and lam for one retained set."""
     if method == "uniform":
         counts = _uniform_counts(p.size, budget)
         return counts, counts.astype(float), math.nan
-    continuous, lam, _, _ = _solve(p, budget, lo, hi)
+    h = _hazard(p)
+    solution = _solve(h, budget, lo, hi)
     if method == "paper":
-        counts = _round_paper(p, continuous, lam, budget, hi)
+        counts = _round_paper(h, solution, budget, hi)
     else:
-        counts = _round_exact(p, budget, lo, hi)
-    return counts, continuous, lam
+        counts = _round_exact(h, solution, budget, lo, hi)
+    return counts, solution.counts, solution.lam
 
 
 # ----------------------------------------------------------------------------- public entry
@@ -330,12 +394,11 @@ def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=None
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     budget, lo, hi = _bounds(p.size, budget, n_min, n_max)
     n0 = budget / p.size if n0 is None else _checks.real(n0, "n0", 0.0, math.inf, low_open=True)
-    if u_min is not None:
-        u_min = _checks.real(u_min, "u_min", 0.0, 1.0)
-    order = np.arange(p.size)
-    size, fallback = p.size, False
-    if u_min is not None:
-        order, size, fallback = _safeguard(p, budget, lo, n_max, method, u_min)
+    if u_min is None:
+        counts, continuous, lam = _integer(p, budget, lo, hi, method)
+        return _result(p, None, counts, continuous, lam, False, method, n0)
+    u_min = _checks.real(u_min, "u_min", 0.0, 1.0)
+    order, size, fallback = _safeguard(p, budget, lo, n_max, method, u_min)
     kept = order[:size]
     bound = hi if n_max is not None else budget - (size - 1) * lo
     counts_kept, continuous_kept, lam = _integer(p[kept], budget, lo, bound, method)
@@ -343,13 +406,20 @@ def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=None
 
 
 def _result(p, kept, counts_kept, continuous_kept, lam, fallback, method, n0) -> Allocation:
-    counts = np.zeros(p.size, dtype=np.int64)
-    continuous = np.zeros(p.size)
-    counts[kept] = counts_kept
-    continuous[kept] = continuous_kept
+    """Scatter the retained prompts' counts back into the batch (kept=None: all, in order)."""
+    if kept is None:
+        kept = slice(None)
+        counts, continuous = counts_kept, continuous_kept
+    else:
+        counts = np.zeros(p.size, dtype=np.int64)
+        continuous = np.zeros(p.size)
+        counts[kept] = counts_kept
+        continuous[kept] = continuous_kept
     retained = counts > 0
-    weights = np.zeros(p.size)
-    weights[retained] = n0 / counts[retained]
+    if isinstance(kept, slice):
+        weights = np.divide(n0, counts)
+    else:
+        weights = np.divide(n0, counts, out=np.zeros(p.size), where=retained)
     if method == "uniform":
         level = float(kappa(p[kept], counts_kept).min())
     else:
