@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[notebooks,dev]"
 	touch $(STAMP)
 
+figures: $(STAMP)
+	$(BIN)/python -m sera.notebooks --profile $(PROFILE)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 

@@ -1,0 +1,37 @@
+"""Figures: pure functions fig = plot_x(...) shared by the notebooks' sliders and figure cells."""
+
+from sera.plotting.allocation import (
+    plot_allocation_vs_success,
+    plot_budget_concentration,
+    plot_reweighting,
+    plot_rounding_gap,
+    plot_safeguard,
+    plot_waterline,
+    plot_waterline_beta,
+)
+from sera.plotting.fidelity import (
+    plot_direction_tilt,
+    plot_kappa_curves,
+    plot_kappa_slider,
+    plot_mixed_probability,
+    plot_rollouts_for_fidelity,
+)
+from sera.plotting.style import COLORS, new_figure, savefig
+
+__all__ = [
+    "COLORS",
+    "new_figure",
+    "plot_allocation_vs_success",
+    "plot_budget_concentration",
+    "plot_direction_tilt",
+    "plot_kappa_curves",
+    "plot_kappa_slider",
+    "plot_mixed_probability",
+    "plot_reweighting",
+    "plot_rollouts_for_fidelity",
+    "plot_rounding_gap",
+    "plot_safeguard",
+    "plot_waterline",
+    "plot_waterline_beta",
+    "savefig",
+]

@@ -1,0 +1,134 @@
+"""Figures of the finite-rollout fidelity kappa and the mixed-group probability U.
+
+Used by notebooks/01_finite_rollout_fidelity.ipynb and notebooks/03_allocation_vs_success.ipynb.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib import colormaps
+
+from sera.allocation import waterline
+from sera.fidelity import kappa, mixed_probability, rollouts_for_fidelity
+from sera.plotting.style import new_figure, styled
+
+P_GRID = np.linspace(0.0, 1.0, 401)
+
+
+def _shades(count: int):
+    return colormaps["viridis"](np.linspace(0.05, 0.9, count))
+
+
+@styled
+def plot_kappa_curves(ns=(2, 4, 8, 16, 32, 64)):
+    """kappa(p, N) against p for several N: centered (solid) and uncentered (dashed)."""
+    fig, ax = new_figure(width=5.0, height=3.4)
+    for n, color in zip(ns, _shades(len(ns)), strict=True):
+        ax.plot(P_GRID, kappa(P_GRID, n), color=color, label=f"N = {n}")
+        ax.plot(P_GRID, kappa(P_GRID, n, centered=False), color=color, ls="--", lw=1.0)
+    ax.set(xlabel="success probability p", ylabel="fidelity kappa(p, N)", ylim=(0, 1.02),
+           title="Fidelity of MaxRL: centered (solid), uncentered (dashed)")
+    ax.legend(loc="lower right", ncols=2)
+    return fig
+
+
+@styled
+def plot_kappa_slider(p: float = 0.1, n: int = 8):
+    """Left: the log-success series terms (1-p)^(k-1); the centered estimator keeps the first
+    N-1, so kappa = p * (their sum). Right: kappa(., N) with the point (p, kappa(p, N))."""
+    fig, (left, right) = new_figure(ncols=2, width=4.0, height=3.2)
+    terms = max(2 * n, 16)
+    k = np.arange(1, terms + 1)
+    values = (1 - p) ** (k - 1)
+    kept = k <= n - 1
+    left.bar(k[kept], values[kept], color="#d62728", label=f"kept (k <= N-1 = {n - 1})")
+    left.bar(k[~kept], values[~kept], color="#c7c7c7", label="truncated")
+    left.set(xlabel="series term k", ylabel="(1-p)^(k-1)",
+             title=f"kappa = p * kept sum = {p * values[kept].sum():.3f}")
+    left.legend(loc="upper right")
+    right.plot(P_GRID, kappa(P_GRID, n), color="#1f77b4", label="centered")
+    right.plot(P_GRID, kappa(P_GRID, n, centered=False), color="#1f77b4", ls="--",
+               label="uncentered")
+    right.plot([p], [kappa(p, n)], "o", color="#d62728")
+    right.set(xlabel="p", ylabel="kappa(p, N)", ylim=(0, 1.02),
+              title=f"N = {n}: kappa({p:.2f}, {n}) = {kappa(p, n):.3f}")
+    right.legend(loc="lower right")
+    return fig
+
+
+def tilt_vectors(p1: float, p2: float, n: int, angle_deg: float = 60.0):
+    """Unit likelihood-gradient directions of two prompts and three aggregate updates: exact
+    (g1 + g2), uniform N (kappa1 g1 + kappa2 g2) and waterline (the counts of sera.waterline
+    with the same total budget 2N and N_min = 2, which equalize kappa unless N_min binds).
+    Returns a dict of 2-vectors, fidelities, counts and tilt angles in degrees."""
+    angle = np.deg2rad(angle_deg)
+    g1, g2 = np.array([1.0, 0.0]), np.array([np.cos(angle), np.sin(angle)])
+    k1, k2 = float(kappa(p1, n)), float(kappa(p2, n))
+    counts = waterline([p1, p2], 2 * n, n_min=2).counts
+    e1, e2 = (float(k) for k in kappa(np.array([p1, p2]), counts))
+    exact, uniform, equalized = g1 + g2, k1 * g1 + k2 * g2, e1 * g1 + e2 * g2
+
+    def degrees(u, v):
+        cos = u @ v / (np.linalg.norm(u) * np.linalg.norm(v))
+        return float(np.degrees(np.arccos(np.clip(cos, -1, 1))))
+
+    return {"g1": g1, "g2": g2, "exact": exact, "uniform": uniform, "equalized": equalized,
+            "kappa": (k1, k2), "kappa_waterline": (e1, e2), "counts": tuple(counts),
+            "tilt_uniform": degrees(uniform, exact), "tilt_equalized": degrees(equalized, exact)}
+
+
+@styled
+def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg: float = 60.0):
+    """How uniform counts tilt the expected update of two prompts away from the exact
+    likelihood gradient, and how equalized fidelity removes the tilt."""
+    v = tilt_vectors(p1, p2, n, angle_deg)
+    fig, ax = new_figure(width=4.6, height=3.8)
+    arrows = [("g1", "#9e9e9e", f"grad log p1 (p1 = {p1:.2f})"),
+              ("g2", "#616161", f"grad log p2 (p2 = {p2:.2f})"),
+              ("exact", "#404040", "exact: g1 + g2"),
+              ("uniform", "#1f77b4", f"uniform N = {n}: tilt {v['tilt_uniform']:.1f} deg"),
+              ("equalized", "#d62728", "waterline N = ({:.1f}, {:.1f}): tilt {:.1f} deg".format(
+                  *v["counts"], v["tilt_equalized"]))]
+    for key, color, label in arrows:
+        x, y = v[key]
+        ax.annotate("", xy=(x, y), xytext=(0, 0),
+                    arrowprops=dict(arrowstyle="-|>", color=color, lw=2.0))
+        ax.plot([], [], color=color, lw=2.0, label=label)
+    top = max(np.abs(v["exact"]).max(), 1.0) * 1.15
+    ax.set(xlim=(-0.1, top), ylim=(-0.1, top), aspect="equal",
+           title=f"kappa1 = {v['kappa'][0]:.2f}, kappa2 = {v['kappa'][1]:.2f}")
+    ax.legend(loc="upper left", fontsize=7)
+    return fig
+
+
+@styled
+def plot_rollouts_for_fidelity(levels=(0.5, 0.8, 0.9, 0.95), n_max: int = 64):
+    """Rollouts N needed for a common fidelity against p, capped at n_max."""
+    fig, ax = new_figure(width=5.0, height=3.4)
+    p = np.logspace(-3, np.log10(0.99), 300)
+    for level, color in zip(levels, _shades(len(levels)), strict=True):
+        need = rollouts_for_fidelity(p, level)
+        ax.plot(p, np.minimum(need, n_max), color=color, label=f"kappa = {level:g}")
+        over = need > n_max
+        if over.any():
+            ax.plot(p[over], np.full(over.sum(), n_max), color=color, lw=4, alpha=0.3)
+    ax.axhline(n_max, color="#404040", ls=":", lw=1)
+    ax.text(p[0], n_max * 1.03, f"N_max = {n_max} (thick: the level is out of reach)",
+            fontsize=7, va="bottom")
+    ax.set(xscale="log", xlabel="success probability p", ylabel="rollouts needed N",
+           ylim=(0, n_max * 1.15), title="Rollouts for a common fidelity")
+    ax.legend(loc="upper right")
+    return fig
+
+
+@styled
+def plot_mixed_probability(ns=(2, 4, 8, 16, 64)):
+    """U(p, N), the chance of any nonzero centered advantage, beside kappa(p, N)."""
+    fig, (left, right) = new_figure(ncols=2, width=4.0, height=3.2)
+    for n, color in zip(ns, _shades(len(ns)), strict=True):
+        left.plot(P_GRID, mixed_probability(P_GRID, n), color=color, label=f"N = {n}")
+        right.plot(P_GRID, kappa(P_GRID, n), color=color, label=f"N = {n}")
+    left.set(xlabel="p", ylabel="U(p, N)", title="mixed-group probability U", ylim=(0, 1.02))
+    right.set(xlabel="p", ylabel="kappa(p, N)", title="fidelity kappa", ylim=(0, 1.02))
+    left.legend(loc="lower center")
+    return fig

@@ -1,0 +1,91 @@
+"""The plotting functions behind the sliders, called directly (interact swallows exceptions),
+and the promise that saved figures are byte-identical from run to run."""
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+import sera.analysis
+import sera.plotting as splot
+
+
+@pytest.mark.parametrize("p, n", [(0.01, 2), (0.1, 8), (0.99, 64), (0.5, 3)])
+def test_kappa_slider_at_its_corners(p, n):
+    fig = splot.plot_kappa_slider(p=p, n=n)
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    assert f"{float(sera.kappa(p, n)):.3f}" in fig.axes[1].get_title()
+
+
+@pytest.mark.parametrize("p1, p2, n, angle", [(0.05, 0.6, 8, 60), (0.99, 0.01, 2, 10),
+                                              (0.5, 0.5, 64, 170), (0.05, 0.3, 8, 60)])
+def test_direction_tilt(p1, p2, n, angle):
+    fig = splot.plot_direction_tilt(p1, p2, n, angle)
+    assert isinstance(fig, Figure)
+    v = splot.fidelity.tilt_vectors(p1, p2, n, angle)
+    assert sum(v["counts"]) == pytest.approx(2 * n)
+    if min(v["counts"]) > 2 + 1e-9:  # both unclipped: the waterline equalizes kappa exactly
+        assert v["tilt_equalized"] == pytest.approx(0.0, abs=1e-6)
+    else:  # N_min binds for the easy prompt: the tilt shrinks but need not vanish
+        assert v["tilt_equalized"] <= v["tilt_uniform"] + 1e-9
+    if p1 == p2:
+        assert v["tilt_uniform"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_uniform_counts_tilt_towards_the_easy_prompt():
+    v = splot.fidelity.tilt_vectors(0.05, 0.3, 8, 60)
+    assert v["tilt_uniform"] > 5 and v["tilt_equalized"] < 1e-5
+    # The easy prompt's direction (g2) gains: the uniform update is closer to g2 than exact is.
+    def angle(u, w):
+        return np.arccos(u @ w / np.linalg.norm(u) / np.linalg.norm(w))
+    assert angle(v["uniform"], v["g2"]) < angle(v["exact"], v["g2"])
+
+
+@pytest.mark.parametrize("method", ["paper", "exact", "uniform"])
+@pytest.mark.parametrize("a, b, batch, n0, n_min, n_max", [
+    (0.5, 1.5, 32, 8, 2, 64), (0.1, 0.1, 4, 2, 2, 8), (5.0, 0.1, 128, 64, 8, 256),
+    (1.0, 1.0, 7, 3, 3, 8)])
+def test_waterline_slider_over_its_range(a, b, batch, n0, n_min, n_max, method):
+    if n0 < n_min:
+        n0 = n_min
+    fig = splot.plot_waterline_beta(a, b, batch, n0, n_min, n_max, method, seed=3)
+    assert len(fig.axes) == 2
+    heights = [patch.get_height() for patch in fig.axes[0].patches]
+    assert sum(heights) == pytest.approx(batch * n0)
+
+
+def test_waterline_slider_rejects_infeasible_bounds_clearly():
+    with pytest.raises(ValueError, match="budget=.* is infeasible"):
+        splot.plot_waterline_beta(1, 1, batch=8, n0=2, n_min=4, n_max=64)
+
+
+@pytest.mark.parametrize("u_min", [0.0, 0.3, 0.95])
+def test_safeguard_slider(u_min):
+    p = np.random.default_rng(0).beta(0.4, 1.5, 40)
+    fig = splot.plot_safeguard(p, 320, 2, 64, u_min)
+    assert isinstance(fig, Figure)
+
+
+def test_table_figures_draw():
+    table = sera.analysis.compare_rounding(instances=60, seed=1)
+    assert isinstance(splot.plot_rounding_gap(table), Figure)
+    conc = sera.analysis.budget_concentration([1e-4, 1e-2], [0.2, 0.5], budget=24)
+    assert isinstance(splot.plot_budget_concentration(conc), Figure)
+    study = sera.analysis.reweighting_study([0.05, 0.3, 0.7], n0=4, draws=500)
+    assert isinstance(splot.plot_reweighting(study), Figure)
+    for fig in (splot.plot_kappa_curves(), splot.plot_rollouts_for_fidelity(),
+                splot.plot_mixed_probability(), splot.plot_allocation_vs_success(batch=16)):
+        assert isinstance(fig, Figure)
+
+
+def test_saved_figures_are_byte_identical(tmp_path):
+    first = splot.savefig(splot.plot_waterline_beta(seed=2), "w", tmp_path / "a")
+    second = splot.savefig(splot.plot_waterline_beta(seed=2), "w", tmp_path / "b")
+    for x, y in zip(first, second, strict=True):
+        assert x.read_bytes() == y.read_bytes(), x.name
+    different = splot.savefig(splot.plot_waterline_beta(seed=3), "w", tmp_path / "c")
+    assert different[0].read_bytes() != first[0].read_bytes()
+
+
+def test_savefig_rejects_paths_as_names(tmp_path):
+    with pytest.raises(ValueError, match="plain file stem"):
+        splot.savefig(splot.plot_kappa_curves(), "../escape", tmp_path)
