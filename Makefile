@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[notebooks,dev]"
+	$(BIN)/pip install --quiet -e ".[notebooks,train,dev]"
 	touch $(STAMP)
 
 figures: $(STAMP)

@@ -1,0 +1,1 @@
+"""Tasks: data, models and verifiers for the studies."""

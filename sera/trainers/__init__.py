@@ -1,0 +1,1 @@
+"""Training loops; they import torch (the math core does not)."""

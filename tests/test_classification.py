@@ -1,0 +1,156 @@
+"""The classification study: collapsed loss, every method's smoke run, resume, data sources."""
+
+import dataclasses
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from sera.tasks.classification import SmallCNN, check_image_folder, fetch, load_data
+from sera.trainers import classification as trainer
+from sera.trainers import rollouts
+
+
+def _tiny(tmp_path, **changes):
+    base = trainer.ClassificationConfig(steps=4, batch_size=16, n0=4, eval_every=2,
+                                        cosine_every=1, checkpoint_every=2, progress=False,
+                                        out=str(tmp_path / "run"))
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.mark.parametrize("method", ["maxrl", "sera", "grpo", "sera-history"])
+def test_collapsed_loss_equals_replicated_computation(method):
+    torch.manual_seed(0)
+    data = load_data("digits")
+    model = SmallCNN(10, 1).double()
+    images, targets = fetch(data.train, np.arange(12))
+    images = images.double()
+    counts = np.array([2, 3, 5, 8, 2, 13, 4, 6, 2, 9, 3, 7])
+    generator = torch.Generator().manual_seed(3)
+    log_probs = torch.log_softmax(model(images), -1)
+    labels, mask = rollouts.sample_labels(log_probs.exp().detach(), counts, generator)
+    _, values = rollouts.advantages(method, labels, mask, targets)
+    weights = torch.tensor(4.0 / counts, dtype=torch.float64)
+    per_class = rollouts.class_weights(labels, mask, values, 10)
+    budget = int(counts.sum())
+    collapsed = rollouts.collapsed_loss(log_probs, per_class, weights, budget)
+    grad_collapsed = torch.autograd.grad(collapsed, list(model.parameters()))
+    naive = rollouts.replicated_loss(model, images, labels, mask, values, weights, budget)
+    grad_naive = torch.autograd.grad(naive, list(model.parameters()))
+    assert collapsed.item() == pytest.approx(naive.item(), rel=1e-6)
+    for a, b in zip(grad_collapsed, grad_naive, strict=True):
+        assert torch.linalg.norm(a - b) <= 1e-6 * torch.linalg.norm(b) + 1e-15
+
+
+def test_sampled_labels_follow_the_counts():
+    probs = torch.full((3, 5), 0.2)
+    labels, mask = rollouts.sample_labels(probs, [2, 0, 4], torch.Generator().manual_seed(0))
+    assert labels.shape == (3, 4) and mask.sum(1).tolist() == [2, 0, 4]
+
+
+@pytest.mark.parametrize("method", trainer.METHODS)
+def test_every_method_runs_on_a_tiny_budget(method, tmp_path):
+    table = trainer.train(_tiny(tmp_path, method=method))
+    saved = pd.read_csv(tmp_path / "run" / "metrics.csv")
+    assert list(saved.columns) == ["step", "method", "seed", "n0", "metric", "value"]
+    assert len(saved) == len(table)
+    metrics = set(table["metric"])
+    assert {"cosine", "val_pass@1", "pass@1", "pass@128"} <= metrics
+    if method in ("maxrl", "sera", "sera-history"):
+        assert "expected_cosine" in metrics
+    if method == "ce":
+        assert table.loc[table["metric"] == "cosine", "value"].min() > 1 - 1e-9
+    assert np.isfinite(table["value"]).all()
+    assert (tmp_path / "run" / "config.json").exists()
+
+
+def test_history_estimates_are_measured_once_available(tmp_path):
+    # 1,438 training images in batches of 719: epoch 0 sees every image, epoch 1 starts at
+    # step 2 with every estimate available.
+    table = trainer.train(_tiny(tmp_path, method="sera-history", steps=4, batch_size=719))
+    fallback = table[table["metric"] == "history_fallback"]
+    assert fallback["value"].iloc[0] == 1.0 and fallback["value"].iloc[-1] == 0.0
+    assert (table["metric"] == "history_mae").any()
+
+
+def test_same_seed_same_table(tmp_path):
+    first = trainer.train(_tiny(tmp_path, out=str(tmp_path / "a")))
+    second = trainer.train(_tiny(tmp_path, out=str(tmp_path / "b")))
+    pd.testing.assert_frame_equal(first, second)
+    other = trainer.train(_tiny(tmp_path, out=str(tmp_path / "c"), seed=1))
+    assert not first["value"].equals(other["value"])
+
+
+def test_killed_run_resumes_to_the_same_table(tmp_path):
+    config = _tiny(tmp_path, method="sera-history", steps=8, batch_size=256,
+                   checkpoint_every=3)
+    whole = trainer.train(dataclasses.replace(config, out=str(tmp_path / "whole")))
+
+    def kill_at_five(run):
+        if run.step == 5:
+            raise KeyboardInterrupt
+
+    killed = dataclasses.replace(config, out=str(tmp_path / "killed"))
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(killed, callback=kill_at_five)
+    partial = pd.read_csv(tmp_path / "killed" / "metrics.csv")
+    assert partial["step"].max() == 2  # the checkpoint after 3 steps (0, 1, 2) survived
+    resumed = trainer.train(killed)
+    pd.testing.assert_frame_equal(resumed.reset_index(drop=True), whole.reset_index(drop=True))
+
+
+def test_resume_refuses_a_different_configuration(tmp_path):
+    trainer.train(_tiny(tmp_path))
+    with pytest.raises(ValueError, match="different configuration.*n0"):
+        trainer.train(_tiny(tmp_path, n0=8))
+
+
+def test_command_line(tmp_path):
+    out = tmp_path / "cli"
+    code = trainer.main(["--method", "maxrl", "--n0", "2", "--steps", "2", "--seed", "3",
+                         "--out", str(out), "--batch-size", "8", "--no-progress",
+                         "--n-max", "none", "--val-k", "1", "4"])
+    assert code == 0
+    table = pd.read_csv(out / "metrics.csv")
+    assert set(table["method"]) == {"maxrl"} and set(table["seed"]) == {3}
+    assert {"val_pass@4", "pass@64"} <= set(table["metric"])
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="method must be one of"):
+        trainer.ClassificationConfig(method="ppo")
+    with pytest.raises(ValueError, match="n0 must be >= 1, got 0"):
+        trainer.ClassificationConfig(n0=0)
+
+
+def test_data_sources_report_bad_paths(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_data("cifar", str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="not a CIFAR folder"):
+        load_data("cifar", str(tmp_path))
+    with pytest.raises(ValueError, match="needs a path"):
+        load_data("imagefolder")
+    with pytest.raises(ValueError, match="missing train/"):
+        check_image_folder(tmp_path)
+    (tmp_path / "train" / "cat").mkdir(parents=True)
+    (tmp_path / "train" / "dog").mkdir(parents=True)
+    (tmp_path / "train" / "cat" / "a.png").write_bytes(b"")
+    (tmp_path / "val").mkdir()
+    with pytest.raises(ValueError, match=r"class folders without images.*\['dog'\]"):
+        check_image_folder(tmp_path)
+    with pytest.raises(ValueError, match="source must be one of"):
+        load_data("mnist", str(tmp_path))
+
+
+def test_cifar_folder_in_python_format(tmp_path):
+    rng = np.random.default_rng(0)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"data": rng.integers(0, 256, (4, 3072), dtype=np.uint8),
+                 b"labels": list(rng.integers(0, 10, 4))}
+        (tmp_path / name).write_bytes(pickle.dumps(batch))
+    data = load_data("cifar", str(tmp_path))
+    assert len(data.train) == 20 and len(data.val) == 4 and data.n_classes == 10
+    x, y = fetch(data.train, [0, 5])
+    assert x.shape == (2, 3, 32, 32) and y.dtype == torch.long
