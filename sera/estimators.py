@@ -25,20 +25,31 @@ def groups_from_sizes(sizes) -> np.ndarray:
 
 
 def _grouping(rewards, groups, sizes):
-    """(rewards as float, inverse group index, number of groups, array module), all checked."""
-    xp = _checks.namespace(rewards, groups)
+    """(rewards as float, inverse group index, number of groups, array module), all checked.
+
+    With sizes the groups are consecutive and already numbered, so no sort is needed."""
+    xp = _checks.namespace(rewards, groups, sizes)
     if (groups is None) == (sizes is None):
         raise ValueError("give exactly one of groups (an id per response) or sizes (per group)")
-    if groups is None:
-        groups = groups_from_sizes(sizes)
-        if xp is not np:
-            groups = xp.as_tensor(groups, device=rewards.device)
     if xp is np:
         rewards = np.asarray(rewards, dtype=float)
-        groups = np.asarray(groups)
     else:
         rewards = xp.as_tensor(rewards)
         rewards = rewards if rewards.is_floating_point() else rewards.double()
+    if sizes is not None and xp is not np and _checks.is_torch(sizes):
+        if sizes.ndim != 1 or sizes.numel() == 0 or bool((sizes < 1).any()):
+            raise ValueError("sizes must be a non-empty 1-D tensor of integers >= 1")
+        n_groups = sizes.numel()
+        groups = xp.repeat_interleave(xp.arange(n_groups, device=rewards.device),
+                                      sizes.to(rewards.device))
+    elif sizes is not None:
+        groups = groups_from_sizes(sizes)
+        n_groups = np.asarray(sizes).size
+        if xp is not np:
+            groups = xp.as_tensor(groups, device=rewards.device)
+    elif xp is np:
+        groups = np.asarray(groups)
+    else:
         groups = xp.as_tensor(groups, device=rewards.device)
     if rewards.ndim != 1 or groups.ndim != 1:
         raise ValueError(f"rewards and groups must be 1-D (one entry per response); got shapes "
@@ -50,13 +61,14 @@ def _grouping(rewards, groups, sizes):
         raise ValueError("rewards is empty; give at least one response")
     if not bool(xp.isfinite(rewards).all()):
         raise ValueError("rewards must be finite; got NaN or infinity")
+    if sizes is not None:
+        return rewards, groups, n_groups, xp
     if xp is np:
         _, inverse = np.unique(groups, return_inverse=True)
         inverse = inverse.reshape(-1)
     else:
         _, inverse = xp.unique(groups, return_inverse=True)
-    n_groups = int(inverse.max()) + 1
-    return rewards, inverse, n_groups, xp
+    return rewards, inverse, int(inverse.max()) + 1, xp
 
 
 def _group_sum(values, inverse, n_groups, xp):

@@ -24,30 +24,36 @@ def _tiny(tmp_path, **changes):
 def test_collapsed_loss_equals_replicated_computation(method):
     torch.manual_seed(0)
     data = load_data("digits")
-    model = SmallCNN(10, 1).double()
+    model = SmallCNN(10, 1).double()  # float64: the two computations differ only by rounding
     images, targets = fetch(data.train, np.arange(12))
     images = images.double()
     counts = np.array([2, 3, 5, 8, 2, 13, 4, 6, 2, 9, 3, 7])
     generator = torch.Generator().manual_seed(3)
     log_probs = torch.log_softmax(model(images), -1)
-    labels, mask = rollouts.sample_labels(log_probs.exp().detach(), counts, generator)
-    _, values = rollouts.advantages(method, labels, mask, targets)
+    rows, labels = rollouts.sample_labels(log_probs.exp().detach(), counts, generator)
+    _, values = rollouts.advantages(method, rows, labels, targets, counts)
+    assert values.abs().sum() > 0  # some groups are mixed, so the check is not vacuous
     weights = torch.tensor(4.0 / counts, dtype=torch.float64)
-    per_class = rollouts.class_weights(labels, mask, values, 10)
+    per_class = rollouts.class_weights(rows, labels, values, 12, 10)
     budget = int(counts.sum())
     collapsed = rollouts.collapsed_loss(log_probs, per_class, weights, budget)
     grad_collapsed = torch.autograd.grad(collapsed, list(model.parameters()))
-    naive = rollouts.replicated_loss(model, images, labels, mask, values, weights, budget)
+    naive = rollouts.replicated_loss(model, images, rows, labels, values, weights, budget)
     grad_naive = torch.autograd.grad(naive, list(model.parameters()))
     assert collapsed.item() == pytest.approx(naive.item(), rel=1e-6)
     for a, b in zip(grad_collapsed, grad_naive, strict=True):
         assert torch.linalg.norm(a - b) <= 1e-6 * torch.linalg.norm(b) + 1e-15
 
 
-def test_sampled_labels_follow_the_counts():
-    probs = torch.full((3, 5), 0.2)
-    labels, mask = rollouts.sample_labels(probs, [2, 0, 4], torch.Generator().manual_seed(0))
-    assert labels.shape == (3, 4) and mask.sum(1).tolist() == [2, 0, 4]
+def test_sampled_labels_follow_the_counts_and_the_probabilities():
+    probs = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.25, 0.25, 0.25, 0.25], [0.0, 0.0, 0.0, 1.0]])
+    counts = [20_000, 0, 3]
+    rows, labels = rollouts.sample_labels(probs, counts, torch.Generator().manual_seed(0))
+    assert torch.bincount(rows).tolist() == [20_000, 0, 3]
+    assert labels[rows == 2].tolist() == [3, 3, 3]
+    freq = torch.bincount(labels[rows == 0], minlength=4).double() / 20_000
+    se = (probs[0].double() * (1 - probs[0].double()) / 20_000).sqrt()
+    assert torch.all((freq - probs[0]).abs() <= 5 * se + 1e-12)
 
 
 @pytest.mark.parametrize("method", trainer.METHODS)

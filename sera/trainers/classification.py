@@ -204,20 +204,20 @@ def train_step(run: _Run) -> None:
         loss, counts = exact_loss, np.zeros(ids.size, dtype=int)
     else:
         counts, weights, fallback = _plan(run, ids, p_exact)
-        labels, mask = rollouts.sample_labels(log_probs.detach().float().exp(), counts,
-                                              run.generator)
-        rewards, values = rollouts.advantages(config.method, labels, mask, targets)
-        per_class = rollouts.class_weights(labels, mask, values, run.data.n_classes)
+        rows, labels = rollouts.sample_labels(log_probs.detach().exp(), counts, run.generator)
+        rewards, values = rollouts.advantages(config.method, rows, labels, targets, counts)
+        per_class = rollouts.class_weights(rows, labels, values, ids.size, run.data.n_classes)
         prompt_weights = torch.as_tensor(weights, device=run.device)
         loss = rollouts.collapsed_loss(log_probs, per_class, prompt_weights, config.budget)
-        successes = rewards.sum(1).cpu().numpy()
+        successes = np.bincount(rows.cpu().numpy(), weights=rewards.cpu().numpy(),
+                                minlength=ids.size)
         kept = counts > 0
         run.log("train_reward", successes[kept].sum() / counts[kept].sum())
         run.log("mixed_groups", np.mean((successes[kept] > 0) & (successes[kept] < counts[kept])))
         run.log("allocation_spread", counts[kept].std() / config.n0)
         run.log("retained", kept.mean())
         if config.method == "sera-history":
-            run.history.record(np.repeat(ids, counts), rewards[mask].cpu().numpy())
+            run.history.record(ids[rows.cpu().numpy()], rewards.cpu().numpy())
             p_hat, available = run.history.estimate(ids)
             run.log("history_fallback", float(fallback))
             if available.all():

@@ -1,8 +1,9 @@
 """One-step rollouts over class labels: sampling, advantages, and the collapsed loss.
 
-A group of N sampled labels for one image only enters the loss through how much advantage lands
-on each class, so the N rollouts collapse into per-class weights: one forward and one backward
-pass serve any N. `replicated_loss` is the naive computation it must equal (tests check it).
+Responses are kept flat: response j belongs to image rows[j] and sampled labels[j]. A group of N
+labels for one image only enters the loss through how much advantage lands on each class, so the
+N rollouts collapse into per-class weights: one forward and one backward pass serve any N.
+`replicated_loss` is the naive computation it must equal (the tests check it).
 """
 
 from __future__ import annotations
@@ -17,31 +18,31 @@ ADVANTAGES = {"maxrl": maxrl_advantages, "sera": maxrl_advantages,
 
 
 def sample_labels(probs: torch.Tensor, counts, generator: torch.Generator):
-    """counts[i] labels per row of probs, as a padded (B, max count) tensor and its mask."""
+    """counts[i] labels drawn from row i of probs, by inverse CDF: (rows, labels), flat and
+    grouped by row, with exactly sum(counts) draws whatever the largest count."""
     counts = torch.as_tensor(np.asarray(counts), device=probs.device)
-    width = int(counts.max()) if counts.numel() else 0
-    if width == 0:
-        empty = torch.zeros(probs.shape[0], 0, dtype=torch.long, device=probs.device)
-        return empty, empty.bool()
-    labels = torch.multinomial(probs, width, replacement=True, generator=generator)
-    mask = torch.arange(width, device=probs.device)[None, :] < counts[:, None]
-    return labels, mask
+    rows = torch.repeat_interleave(torch.arange(probs.shape[0], device=probs.device), counts)
+    cdf = probs.to(torch.float64).cumsum(1)
+    uniform = torch.rand(rows.shape[0], generator=generator, device=probs.device,
+                         dtype=torch.float64) * cdf[rows, -1]
+    labels = torch.searchsorted(cdf[rows], uniform[:, None], right=True)[:, 0]
+    return rows, labels.clamp_(max=probs.shape[1] - 1)
 
 
-def advantages(method: str, labels, mask, targets):
-    """Rewards (label == target) and per-response advantages of `method`, as padded tensors."""
-    rewards = (labels == targets[:, None]).to(torch.float64)
-    rows = torch.arange(labels.shape[0], device=labels.device)[:, None].expand_as(labels)
-    values = torch.zeros_like(rewards)
-    if mask.any():
-        values[mask] = ADVANTAGES[method](rewards[mask], rows[mask])
-    return rewards * mask, values
+def advantages(method: str, rows, labels, targets, counts):
+    """Rewards (label == target) and per-response advantages of `method`, flat."""
+    rewards = (labels == targets[rows]).to(torch.float64)
+    if rewards.numel() == 0:
+        return rewards, rewards.clone()
+    sizes = torch.as_tensor(np.asarray(counts), device=rewards.device)
+    return rewards, ADVANTAGES[method](rewards, sizes=sizes[sizes > 0])
 
 
-def class_weights(labels, mask, values, n_classes: int) -> torch.Tensor:
+def class_weights(rows, labels, values, n_rows: int, n_classes: int) -> torch.Tensor:
     """W[i, c] = sum of the advantages of image i's responses that sampled class c."""
-    weights = torch.zeros(labels.shape[0], n_classes, dtype=values.dtype, device=values.device)
-    return weights.scatter_add_(1, labels, values * mask)
+    weights = torch.zeros(n_rows * n_classes, dtype=values.dtype, device=values.device)
+    weights.index_add_(0, rows * n_classes + labels, values)
+    return weights.view(n_rows, n_classes)
 
 
 def collapsed_loss(log_probs, weights_per_class, prompt_weights, n_responses: int):
@@ -50,12 +51,11 @@ def collapsed_loss(log_probs, weights_per_class, prompt_weights, n_responses: in
     return -(scale * log_probs).sum() / n_responses
 
 
-def replicated_loss(model, images, labels, mask, values, prompt_weights, n_responses: int):
+def replicated_loss(model, images, rows, labels, values, prompt_weights, n_responses: int):
     """The naive computation: every response's image goes through the model on its own row."""
-    rows = torch.arange(labels.shape[0], device=labels.device)[:, None].expand_as(labels)[mask]
     log_probs = torch.log_softmax(model(images[rows]), dim=-1)
-    chosen = log_probs.gather(1, labels[mask][:, None])[:, 0]
-    scale = (values[mask] * prompt_weights[rows]).to(chosen.dtype)
+    chosen = log_probs.gather(1, labels[:, None])[:, 0]
+    scale = (values * prompt_weights[rows]).to(chosen.dtype)
     return -(scale * chosen).sum() / n_responses
 
 
