@@ -31,6 +31,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/allocation_speed.py
 	$(BIN)/python benchmarks/rounding_gap.py
+	$(BIN)/python benchmarks/classification_speed.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis

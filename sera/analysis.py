@@ -141,3 +141,39 @@ def monte_carlo_fidelity(p: float, n: int, draws: int = 20_000, seed: int = 0,
     advantages = maxrl_advantages(rewards, groups, centered=centered)
     per_group = (advantages * (rewards - p)).reshape(draws, n).mean(1) / (1 - p)
     return float(per_group.mean()), float(per_group.std(ddof=1) / np.sqrt(draws))
+
+
+def summarize_study(table: pd.DataFrame, tail: float = 0.2) -> pd.DataFrame:
+    """Per method and budget, mean and spread over seeds of: the mean sampled-gradient cosine,
+    the late cosine (mean over the last `tail` of the measurements), the mean expected cosine,
+    the final Pass@1 / Pass@16 / Pass@128, and the final history MAE and Pearson correlation."""
+
+    def late(values: pd.Series) -> float:
+        count = max(1, int(round(tail * len(values))))
+        return float(values.iloc[-count:].mean())
+
+    per_run = []
+    for (method, n0, seed), run in table.groupby(["method", "n0", "seed"]):
+        row = {"method": method, "n0": n0, "seed": seed}
+        metric = run.groupby("metric")["value"]
+        series = {name: group.sort_values("step")["value"] for name, group in
+                  run.groupby("metric")}
+        if "cosine" in series:
+            row["mean_cosine"] = float(series["cosine"].mean())
+            row["late_cosine"] = late(series["cosine"])
+        if "expected_cosine" in series:
+            row["expected_cosine"] = float(series["expected_cosine"].mean())
+        for k in (1, 16, 128):
+            if f"pass@{k}" in series:
+                row[f"pass@{k}"] = float(metric.last()[f"pass@{k}"])
+        for name in ("history_mae", "history_pearson"):
+            if name in series:
+                row[name] = float(series[name].iloc[-1])
+        per_run.append(row)
+    runs = pd.DataFrame(per_run)
+    values = [c for c in runs.columns if c not in ("method", "n0", "seed")]
+    grouped = runs.groupby(["method", "n0"])[values]
+    summary = grouped.mean().add_suffix(" mean").join(grouped.std(ddof=0).add_suffix(" sd"))
+    summary["seeds"] = runs.groupby(["method", "n0"])["seed"].nunique()
+    ordered = [f"{c} {s}" for c in values for s in ("mean", "sd")] + ["seeds"]
+    return summary[ordered].reset_index()

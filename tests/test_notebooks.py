@@ -14,8 +14,8 @@ ALLOWED_NOTEBOOK_METADATA = {"kernelspec", "language_info", "sera"}
 
 def test_notebooks_exist_in_order():
     names = [p.name for p in NOTEBOOKS]
-    assert names[:3] == ["01_finite_rollout_fidelity.ipynb", "02_waterline_allocation.ipynb",
-                         "03_allocation_vs_success.ipynb"]
+    assert names[:4] == ["01_finite_rollout_fidelity.ipynb", "02_waterline_allocation.ipynb",
+                         "03_allocation_vs_success.ipynb", "04_gradient_cosine_study.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -44,7 +44,10 @@ def test_notebook_follows_the_opening_cells(path):
 def test_notebook_runs_and_writes_its_figures(path, tmp_path):
     declared = runner.declared_figures(path)
     assert declared, f"{path.name} declares no figures"
-    runner.run_notebook(path, "fast", figures=tmp_path / "figures", output=tmp_path / "out")
+    parameters = nbformat.read(path, as_version=4).cells[2].source
+    extra = {"runs_dir": str(tmp_path / "runs")} if "runs_dir" in parameters else None
+    runner.run_notebook(path, "fast", figures=tmp_path / "figures", output=tmp_path / "out",
+                        extra=extra)
     for name in declared:
         for ext in ("png", "pdf"):
             written = tmp_path / "figures" / f"{name}.{ext}"

@@ -89,3 +89,36 @@ def test_saved_figures_are_byte_identical(tmp_path):
 def test_savefig_rejects_paths_as_names(tmp_path):
     with pytest.raises(ValueError, match="plain file stem"):
         splot.savefig(splot.plot_kappa_curves(), "../escape", tmp_path)
+
+
+def _study_table():
+    rows = []
+    for method in ("ce", "maxrl", "sera", "sera-history"):
+        for seed in (0, 1):
+            for step in range(0, 20, 5):
+                rows.append((step, method, seed, 4, "cosine", 0.5 + 0.01 * step))
+                rows.append((step, method, seed, 4, "val_pass@1", 0.1 + 0.02 * step))
+                rows.append((step, method, seed, 4, "val_pass@128", 0.9))
+                if method == "sera-history":
+                    rows.append((step, method, seed, 4, "history_mae", 0.2))
+                    rows.append((step, method, seed, 4, "history_pearson", 0.7))
+            for k in (1, 2, 4, 128):
+                rows.append((20, method, seed, 4, f"pass@{k}", 1 - 0.5**k))
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["step", "method", "seed", "n0", "metric", "value"])
+
+
+def test_study_figures_draw_from_a_table():
+    import pandas as pd
+
+    table = _study_table()
+    assert len(splot.plot_cosine_over_training(table).axes) == 1
+    assert len(splot.plot_validation_over_training(table, ks=(1, 128)).axes) == 2
+    assert len(splot.plot_passk_profile(table).axes) == 1
+    snapshot = pd.DataFrame({"p_hat": [0.2, 0.5, 0.9], "p_exact": [0.1, 0.6, 0.95],
+                             "available": [True, True, True]})
+    assert len(splot.plot_history_estimates(snapshot, table).axes) == 2
+    summary = sera.analysis.summarize_study(table)
+    assert set(summary["method"]) == {"ce", "maxrl", "sera", "sera-history"}
+    assert summary.loc[summary["method"] == "sera", "pass@128 mean"].iloc[0] == 1 - 0.5**128

@@ -16,12 +16,22 @@ from sera.plotting.fidelity import (
     plot_mixed_probability,
     plot_rollouts_for_fidelity,
 )
+from sera.plotting.study import (
+    plot_cosine_over_training,
+    plot_history_estimates,
+    plot_passk_profile,
+    plot_validation_over_training,
+)
 from sera.plotting.style import COLORS, new_figure, savefig
 
 __all__ = [
     "COLORS",
     "new_figure",
     "plot_allocation_vs_success",
+    "plot_cosine_over_training",
+    "plot_history_estimates",
+    "plot_passk_profile",
+    "plot_validation_over_training",
     "plot_budget_concentration",
     "plot_direction_tilt",
     "plot_kappa_curves",

@@ -352,3 +352,45 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def history_snapshot(out: str | Path) -> pd.DataFrame:
+    """For a finished sera-history run: every training image's historical estimate beside its
+    exact success probability under the final model (one row per image, available or not)."""
+    out = Path(out)
+    state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    config = ClassificationConfig(**{**state["config"], "val_k": tuple(state["config"]["val_k"]),
+                                     "progress": False, "device": "cpu"})
+    run = _Run(config)
+    run.load(state)
+    p_hat, available = run.history.estimate()
+    train, val = run.data.train, run.data.val
+    run.data.val = train  # reuse the batched exact-probability pass on the training set
+    p_exact = validation_success(run)
+    run.data.val = val
+    return pd.DataFrame({"prompt": np.arange(len(train)), "p_hat": p_hat, "p_exact": p_exact,
+                         "available": available})
+
+
+def run_grid(base: ClassificationConfig, methods, budgets, seeds, runs_dir: str | Path,
+             progress: bool = True) -> pd.DataFrame:
+    """Every method x budget x seed of the study (CE once per seed: it samples nothing), each in
+    its own folder under runs_dir; finished runs are read back from their checkpoints."""
+    jobs = [(m, n0, s) for s in seeds for m in methods for n0 in budgets
+            if m != "ce" or n0 == budgets[0]]
+    tables = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(jobs), desc="runs")
+    for method, n0, seed in jobs:
+        folder = Path(runs_dir) / f"{method}_n0-{n0}_seed-{seed}"
+        config = dataclasses.replace(base, method=method, n0=n0, seed=seed, out=str(folder),
+                                     progress=False)
+        tables.append(train(config))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return pd.concat(tables, ignore_index=True)
