@@ -142,12 +142,15 @@ def multiplicity_weights(counts, n0: float):
     return weights
 
 
-def aggregate(token_losses, mask, mode: str = "token-mean", max_len: int | None = None):
+def aggregate(token_losses, mask, mode: str = "token-mean", max_len: int | None = None,
+              total: float | None = None):
     """Reduce a (responses, tokens) matrix of per-token losses to a scalar.
 
     token-mean: sum of the losses over all response tokens / number of response tokens.
     seqnorm: each response's summed loss / max_len, averaged over responses (Dr. GRPO style), so a
     response's length does not change its weight. max_len is the fixed generation limit.
+    total: the normalizer of the whole batch when this matrix is one micro-batch of it (the
+    batch's token count for token-mean, its response count times max_len for seqnorm).
     """
     if mode not in AGGREGATIONS:
         raise ValueError(f"mode must be one of {AGGREGATIONS}, got {mode!r}")
@@ -155,20 +158,23 @@ def aggregate(token_losses, mask, mode: str = "token-mean", max_len: int | None 
         raise ValueError(f"token_losses and mask must both be (responses, tokens); got shapes "
                          f"{tuple(token_losses.shape)} and {tuple(mask.shape)}")
     mask = mask.to(token_losses.dtype) if _checks.is_torch(mask) else np.asarray(mask, dtype=float)
-    total = (token_losses * mask).sum()
-    if mode == "token-mean":
-        return total / max(float(mask.sum()), 1.0)
-    if max_len is None:
+    summed = (token_losses * mask).sum()
+    if mode == "seqnorm" and max_len is None:
         raise ValueError("seqnorm needs max_len, the fixed maximum response length")
-    max_len = _checks.integer(max_len, "max_len", minimum=1)
-    return total / (token_losses.shape[0] * max_len)
+    if total is None:
+        if mode == "token-mean":
+            total = max(float(mask.sum()), 1.0)
+        else:
+            total = token_losses.shape[0] * _checks.integer(max_len, "max_len", minimum=1)
+    return summed / total
 
 
 def policy_loss(logprobs, advantages, mask, weights=None, mode: str = "token-mean",
-                max_len: int | None = None):
-    """Policy-gradient surrogate -w_i A_i log pi(token) per response token, aggregated by `mode`.
+                max_len: int | None = None, total: float | None = None):
+    """Policy-gradient surrogate -w_i A_i log pi(token) per response token, aggregated by `mode`
+    (see `aggregate`; `total` normalizes a micro-batch by its whole batch).
 
     logprobs and mask are (responses, tokens); advantages and weights are per response.
     """
     scale = advantages if weights is None else advantages * weights
-    return aggregate(-scale[:, None] * logprobs, mask, mode=mode, max_len=max_len)
+    return aggregate(-scale[:, None] * logprobs, mask, mode=mode, max_len=max_len, total=total)

@@ -1,0 +1,164 @@
+"""Maze task: generator, splits, verifier, tokenizer; the RL loop's loss by hand; smoke runs."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from sera.tasks import maze
+from sera.trainers import maze as maze_trainer
+from sera.trainers import sequence
+
+
+def test_generator_is_deterministic_and_a_perfect_maze():
+    a = maze.generate(9, np.random.default_rng(5))
+    b = maze.generate(9, np.random.default_rng(5))
+    np.testing.assert_array_equal(a, b)
+    assert a[0].all() and a[-1].all() and a[:, 0].all() and a[:, -1].all()  # walls around
+    cells = [(r, c) for r in range(1, 9, 2) for c in range(1, 9, 2)]
+    assert all(a[cell] == maze.OPEN for cell in cells)
+    # A spanning tree on the 16 cells: 15 openings between cells.
+    openings = int((a[1:-1, 1:-1] == maze.OPEN).sum()) - len(cells)
+    assert openings == len(cells) - 1
+
+
+def test_splits_are_disjoint_and_seeded():
+    train, val = maze.dataset(300, 40, 9, seed=1)
+    keys = {g.tobytes() for g in train}
+    assert len(keys) == 300 and not keys & {g.tobytes() for g in val}
+    again, _ = maze.dataset(300, 40, 9, seed=1)
+    assert all((x == y).all() for x, y in zip(train, again, strict=True))
+    with pytest.raises(ValueError, match="distinct mazes"):
+        maze.dataset(500, 10, 5, seed=0)  # a 5x5 grid has 4 cells: only 4 mazes
+    with pytest.raises(ValueError, match="size must be odd"):
+        maze.generate(8, np.random.default_rng(0))
+
+
+GRID = np.array([
+    [1, 1, 1, 1, 1, 1, 1],
+    [1, 0, 0, 0, 1, 0, 1],
+    [1, 1, 1, 0, 1, 0, 1],
+    [1, 0, 0, 0, 0, 0, 1],
+    [1, 0, 1, 1, 1, 0, 1],
+    [1, 0, 1, 0, 0, 0, 1],
+    [1, 1, 1, 1, 1, 1, 1],
+], dtype=np.uint8)
+
+
+@pytest.mark.parametrize("answer, expected", [
+    ("RIGHT RIGHT DOWN DOWN RIGHT RIGHT DOWN DOWN DONE", 1.0),  # the shortest path
+    ("RIGHT RIGHT DOWN DOWN RIGHT RIGHT UP UP DOWN DOWN DOWN DOWN DONE", 1.0),  # a detour
+    ("RIGHT RIGHT DOWN DOWN RIGHT RIGHT DOWN DOWN DONE UP UP", 1.0),  # after DONE: ignored
+    ("DOWN DONE", 0.0),  # into a wall
+    ("LEFT LEFT DONE", 0.0),  # off the grid through the wall
+    ("RIGHT RIGHT DOWN DOWN RIGHT RIGHT DOWN DOWN", 0.0),  # no DONE
+    ("RIGHT RIGHT DONE", 0.0),  # stops short
+    ("RIGHT GOAL WALL DONE", 0.0),  # garbage
+    ("", 0.0),
+])
+def test_verifier(answer, expected):
+    assert maze.reward(GRID, answer) == expected
+
+
+def test_verifier_never_raises_on_garbage():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        tokens = list(rng.choice(maze.VOCAB, size=int(rng.integers(0, 40))))
+        assert maze.reward(GRID, tokens) in (0.0, 1.0)
+
+
+def test_shortest_path_is_valid_and_shortest():
+    path = maze.shortest_path(GRID)
+    assert maze.reward(GRID, maze.answer_text(path)) == 1.0
+    assert len(path) == 8
+
+
+def test_tokenizer_round_trip(tmp_path):
+    tokenizer = maze.build_tokenizer(tmp_path)
+    text = maze.prompt_text(GRID) + " " + maze.answer_text(maze.shortest_path(GRID))
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.decode(ids) == text
+    assert tokenizer.unk_token_id not in ids
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded(text)["input_ids"] == ids
+
+
+def test_loss_equals_a_hand_computation():
+    torch.manual_seed(0)
+    config = maze_trainer.MazeConfig(width=16, layers=1, heads=2, kv_heads=1)
+    model = maze_trainer.build_model(config, 64).double()
+    prompts = [[4, 10, 6], [4, 11, 11, 6]]
+    responses = [[12, 16], [13, 14, 16]]  # moves and DONE
+    advantages = np.array([1.5, -0.5])
+    weights = np.array([2.0, 0.5])
+    for agg, denominator in (("token-mean", 5), ("seqnorm", 2 * 4)):
+        model.zero_grad()
+        loss, _ = sequence.sequence_loss(model, prompts, responses, advantages, weights, agg,
+                                         4, 0, micro_batch=1)
+        grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        total = 0
+        for prompt, response, a, w in zip(prompts, responses, advantages, weights, strict=True):
+            ids = torch.tensor([prompt + response])
+            log_probs = torch.log_softmax(model(input_ids=ids).logits[0].double(), -1)
+            for t, token in enumerate(response):
+                total = total - w * a * log_probs[len(prompt) - 1 + t, token]
+        (total / denominator).backward()
+        assert loss == pytest.approx(float(total.detach() / denominator), rel=1e-5)
+        for g, p in zip(grads, model.parameters(), strict=True):
+            assert torch.allclose(g, p.grad, rtol=1e-4, atol=1e-7)
+
+
+def _tiny(tmp_path, **changes):
+    task = maze_trainer.MazeConfig(size=7, n_train=40, n_val=8, width=16, layers=1, heads=2,
+                                   kv_heads=1, warmup_steps=3, warmup_batch=8,
+                                   warmup_dir=str(tmp_path / "warmup"))
+    rl = sequence.RLConfig(steps=3, batch_size=4, n0=4, eval_every=2, eval_samples=4,
+                           val_k=(1, 4), final_samples=8, max_new_tokens=12,
+                           checkpoint_every=1, progress=False, out=str(tmp_path / "run"))
+    return task, dataclasses.replace(rl, **changes)
+
+
+@pytest.mark.parametrize("method, agg", [("maxrl", "token-mean"), ("sera", "seqnorm"),
+                                         ("grpo", "token-mean")])
+def test_every_method_runs_on_a_tiny_budget(method, agg, tmp_path):
+    task, rl = _tiny(tmp_path, method=method, agg=agg)
+    table = maze_trainer.train(task, rl)
+    saved = pd.read_csv(tmp_path / "run" / "metrics.csv")
+    assert list(saved.columns) == ["step", "method", "seed", "n0", "metric", "value"]
+    assert {"train_reward", "token_entropy", "grad_norm", "val_pass@1", "pass@8"} <= set(
+        table["metric"])
+    counts = pd.read_csv(tmp_path / "run" / "final_counts.csv")
+    assert len(counts) == 8 and (counts["correct"] <= 8).all()
+    assert (tmp_path / "run" / "model" / "config.json").exists()
+
+
+def test_killed_run_resumes_to_the_same_table(tmp_path):
+    task, rl = _tiny(tmp_path, method="sera", steps=4)
+    whole = maze_trainer.train(task, dataclasses.replace(rl, out=str(tmp_path / "whole")))
+
+    def kill(run):
+        if run.step == 2:
+            raise KeyboardInterrupt
+
+    killed = dataclasses.replace(rl, out=str(tmp_path / "killed"))
+    with pytest.raises(KeyboardInterrupt):
+        maze_trainer.train(task, killed, callback=kill)
+    resumed = maze_trainer.train(task, killed)
+    pd.testing.assert_frame_equal(resumed, whole)
+
+
+def test_command_line(tmp_path):
+    code = maze_trainer.main([
+        "--method", "maxrl", "--size", "7", "--steps", "1", "--seed", "2", "--agg", "seqnorm",
+        "--out", str(tmp_path / "cli"), "--n-train", "30", "--n-val", "4", "--width", "16",
+        "--layers", "1", "--heads", "2", "--kv-heads", "1", "--warmup-steps", "1",
+        "--batch-size", "2", "--n0", "2", "--eval-samples", "2", "--val-k", "1", "2",
+        "--final-samples", "4", "--max-new-tokens", "8", "--no-progress"])
+    assert code == 0
+    table = pd.read_csv(tmp_path / "cli" / "metrics.csv")
+    assert set(table["seed"]) == {2} and "pass@4" in set(table["metric"])
