@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/allocation_speed.py
 	$(BIN)/python benchmarks/rounding_gap.py
 	$(BIN)/python benchmarks/classification_speed.py
+	$(BIN)/python benchmarks/generation_speed.py
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .hypothesis

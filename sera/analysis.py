@@ -177,3 +177,33 @@ def summarize_study(table: pd.DataFrame, tail: float = 0.2) -> pd.DataFrame:
     summary["seeds"] = runs.groupby(["method", "n0"])["seed"].nunique()
     ordered = [f"{c} {s}" for c in values for s in ("mean", "sd")] + ["seeds"]
     return summary[ordered].reset_index()
+
+
+def passk_profile(final_counts: dict, ks=None) -> pd.DataFrame:
+    """Final Pass@K per run from per-question correct counts: `final_counts` maps a run label
+    to a table with columns n and correct (one row per held-out question, same questions in
+    every run). One row per (run, K): mean Pass@K over questions."""
+    from sera.passk import pass_at_k
+
+    rows = []
+    for label, counts in final_counts.items():
+        n = int(counts["n"].iloc[0])
+        for k in ks or [k for k in (2**i for i in range(12)) if k <= n]:
+            rows.append({"run": label, "k": k,
+                         "pass@k": float(pass_at_k(counts["n"], counts["correct"], k).mean())})
+    return pd.DataFrame(rows)
+
+
+def paired_gain(first, second, ks=None, n_resamples: int = 10_000, seed: int = 0):
+    """Pass@K of `first` minus `second` (tables with n and correct per question, same questions)
+    with paired bootstrap 95% intervals over questions, per K."""
+    from sera.passk import paired_bootstrap, pass_at_k
+
+    n = int(min(first["n"].min(), second["n"].min()))
+    rows = []
+    for k in ks or [k for k in (2**i for i in range(12)) if k <= n]:
+        a = pass_at_k(first["n"], first["correct"], k)
+        b = pass_at_k(second["n"], second["correct"], k)
+        diff, low, high = paired_bootstrap(a, b, n_resamples=n_resamples, seed=seed)
+        rows.append({"k": k, "gain": diff, "low": low, "high": high})
+    return pd.DataFrame(rows)

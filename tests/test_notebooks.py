@@ -14,8 +14,9 @@ ALLOWED_NOTEBOOK_METADATA = {"kernelspec", "language_info", "sera"}
 
 def test_notebooks_exist_in_order():
     names = [p.name for p in NOTEBOOKS]
-    assert names[:4] == ["01_finite_rollout_fidelity.ipynb", "02_waterline_allocation.ipynb",
-                         "03_allocation_vs_success.ipynb", "04_gradient_cosine_study.ipynb"]
+    assert names[:5] == ["01_finite_rollout_fidelity.ipynb", "02_waterline_allocation.ipynb",
+                         "03_allocation_vs_success.ipynb", "04_gradient_cosine_study.ipynb",
+                         "05_maze_navigation.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -122,3 +122,46 @@ def test_study_figures_draw_from_a_table():
     summary = sera.analysis.summarize_study(table)
     assert set(summary["method"]) == {"ce", "maxrl", "sera", "sera-history"}
     assert summary.loc[summary["method"] == "sera", "pass@128 mean"].iloc[0] == 1 - 0.5**128
+
+
+def test_maze_figures_draw():
+    import pandas as pd
+
+    from sera.tasks import maze
+
+    grid = maze.generate(9, np.random.default_rng(0))
+    good = maze.shortest_path(grid) + ["DONE"]
+    fig = splot.plot_maze_paths(grid, [good, ["UP", "DONE"], ["garbage"]], [1.0, 0.0, 0.0])
+    assert "correct (1)" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    rows = []
+    for method, agg in (("maxrl", "token-mean"), ("sera", "seqnorm")):
+        for step in range(0, 10, 5):
+            for metric in ("val_pass@1", "val_pass@16", "train_reward", "mixed_groups",
+                           "token_entropy", "response_length", "grad_norm",
+                           "allocation_spread"):
+                rows.append((step, method, 0, 8, metric, 0.3, agg))
+    table = pd.DataFrame(rows, columns=["step", "method", "seed", "n0", "metric", "value",
+                                        "agg"])
+    assert len(splot.plot_maze_validation(table).axes) == 2
+    assert len(splot.plot_training_diagnostics(table).axes) == 6
+    profile = pd.DataFrame({"method": ["maxrl"] * 3, "agg": ["token-mean"] * 3, "k": [1, 2, 4],
+                            "pass@k": [0.2, 0.3, 0.4]})
+    gains = pd.DataFrame({"agg": ["token-mean"] * 3, "k": [1, 2, 4], "gain": [0.0, 0.01, 0.02],
+                          "low": [-0.1, -0.1, -0.1], "high": [0.1, 0.1, 0.1]})
+    assert len(splot.plot_maze_profile(profile, gains).axes) == 2
+    allocations = pd.DataFrame({"step": [1, 2], "prompt": [0, 1], "estimate": [0.1, 0.8],
+                                "rollouts": [20, 2]})
+    assert isinstance(splot.plot_allocation_vs_estimate(allocations, 8), Figure)
+
+
+def test_passk_profile_and_paired_gain():
+    import pandas as pd
+
+    a = pd.DataFrame({"n": [8] * 50, "correct": np.arange(50) % 9})
+    b = pd.DataFrame({"n": [8] * 50, "correct": np.maximum(np.arange(50) % 9 - 1, 0)})
+    profile = sera.analysis.passk_profile({"a": a, "b": b})
+    assert set(profile["k"]) == {1, 2, 4, 8}
+    gain = sera.analysis.paired_gain(a, b, n_resamples=2000)
+    one = gain.set_index("k").loc[1]
+    assert one["gain"] == pytest.approx((a["correct"] - b["correct"]).mean() / 8)
+    assert one["low"] > 0  # a beats b on every question that b does not already max out

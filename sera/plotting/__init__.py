@@ -16,6 +16,13 @@ from sera.plotting.fidelity import (
     plot_mixed_probability,
     plot_rollouts_for_fidelity,
 )
+from sera.plotting.maze import (
+    plot_allocation_vs_estimate,
+    plot_maze_paths,
+    plot_maze_profile,
+    plot_maze_validation,
+    plot_training_diagnostics,
+)
 from sera.plotting.study import (
     plot_cosine_over_training,
     plot_history_estimates,
@@ -27,6 +34,7 @@ from sera.plotting.style import COLORS, new_figure, savefig
 __all__ = [
     "COLORS",
     "new_figure",
+    "plot_allocation_vs_estimate",
     "plot_allocation_vs_success",
     "plot_cosine_over_training",
     "plot_history_estimates",
@@ -36,10 +44,14 @@ __all__ = [
     "plot_direction_tilt",
     "plot_kappa_curves",
     "plot_kappa_slider",
+    "plot_maze_paths",
+    "plot_maze_profile",
+    "plot_maze_validation",
     "plot_mixed_probability",
     "plot_reweighting",
     "plot_rollouts_for_fidelity",
     "plot_rounding_gap",
+    "plot_training_diagnostics",
     "plot_safeguard",
     "plot_waterline",
     "plot_waterline_beta",

@@ -4,8 +4,9 @@
         --agg token-mean --out DIR
 
 writes DIR/metrics.csv (step, method, seed, n0, metric, value), DIR/config.json,
-DIR/checkpoint.pt, DIR/final_counts.csv (correct responses per held-out maze) and DIR/model/ (a
-Hugging Face checkpoint with its tokenizer); resumes from the checkpoint. The warm-up model is
+DIR/checkpoint.pt, DIR/final_counts.csv (correct responses per held-out maze),
+DIR/allocations.csv (SERA's rollouts per prompt against its estimate) and DIR/model/ (a Hugging
+Face checkpoint with its tokenizer); resumes from the checkpoint. The warm-up model is
 shared through --warmup-dir. The paper's setting on a GPU: --size 17 --n-train 7424 --n-val 400
 --width 256 --layers 4 --n0 128 --max-new-tokens 160 --steps 3000.
 """
@@ -82,9 +83,17 @@ class MazeTask:
                 for i in indices]
 
 
+def _quiet():
+    """No per-file progress bars from transformers when saving and loading small models."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+
 def build_model(config: MazeConfig, max_positions: int):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    _quiet()
     model_config = Qwen2Config(
         vocab_size=len(maze.VOCAB), hidden_size=config.width, intermediate_size=3 * config.width,
         num_hidden_layers=config.layers, num_attention_heads=config.heads,
@@ -98,6 +107,7 @@ def warm_up(config: MazeConfig, task: MazeTask, folder: Path, max_positions: int
     the answer tokens of shortest paths. Returns (model, metrics rows)."""
     from transformers import Qwen2ForCausalLM
 
+    _quiet()
     stamp = folder / "warmup.json"
     settings = {**dataclasses.asdict(config), "seed": seed, "max_positions": max_positions}
     settings.pop("warmup_dir")
@@ -160,6 +170,52 @@ def train(task_config: MazeConfig, config: sequence.RLConfig, callback=None) -> 
     return sequence.table(run.rows)
 
 
+def run_grid(task_config: MazeConfig, base: sequence.RLConfig, runs, seeds, runs_dir,
+             progress: bool = True) -> dict:
+    """Every (method, agg) in `runs` x seed, each in runs_dir/<method>_<agg>_seed-<seed>, all
+    from one shared warm-up. Returns the metrics (with an agg column), the final per-maze
+    counts and SERA's allocations, keyed by run label."""
+    import dataclasses as dc
+
+    task_config = dc.replace(task_config, warmup_dir=str(Path(runs_dir) / "warmup"))
+    tables, counts, allocations = [], {}, {}
+    jobs = [(method, agg, seed) for seed in seeds for method, agg in runs]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(jobs), desc="runs")
+    for method, agg, seed in jobs:
+        label = f"{method}_{agg}_seed-{seed}"
+        folder = Path(runs_dir) / label
+        config = dc.replace(base, method=method, agg=agg, seed=seed, out=str(folder),
+                            progress=False)
+        tables.append(train(task_config, config).assign(agg=agg))
+        counts[label] = pd.read_csv(sequence.final_counts_path(folder))
+        allocations[label] = pd.read_csv(folder / "allocations.csv")
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return {"metrics": pd.concat(tables, ignore_index=True), "final_counts": counts,
+            "allocations": allocations}
+
+
+def sample_answers(folder, task: MazeTask, index: int, n: int, max_new_tokens: int,
+                   seed: int = 0):
+    """n answers of the model saved in folder/model for held-out maze `index`, as token
+    strings, with their rewards."""
+    from transformers import Qwen2ForCausalLM
+
+    from sera.trainers.engines import Sampling, TransformersEngine
+
+    _quiet()
+    model = Qwen2ForCausalLM.from_pretrained(Path(folder) / "model")
+    sampling = Sampling(max_new_tokens, 1.0, task.stop_token_id, task.pad_token_id)
+    out = TransformersEngine(model).generate([task.val_prompts[index]], [n], sampling, seed)
+    return [[task.vocab[t] for t in r] for r in out], [task.reward("val", index, r) for r in out]
+
+
 def _finish(run: sequence.RLRun, out: Path) -> None:
     """Validation at the end, then the final profile from final_samples per held-out maze."""
     config = run.config
@@ -170,6 +226,7 @@ def _finish(run: sequence.RLRun, out: Path) -> None:
     sequence.log_validation(run, final, config.final_samples, ks, "")
     pd.DataFrame({"maze": np.arange(final.size), "n": config.final_samples,
                   "correct": final}).to_csv(sequence.final_counts_path(out), index=False)
+    sequence.allocation_table(run).to_csv(out / "allocations.csv", index=False)
     run.model.save_pretrained(out / "model")
     run.task.tokenizer.save_pretrained(out / "model")
 

@@ -115,11 +115,12 @@ class RLRun:
                                  task.pad_token_id)
         self.step, self.epoch, self.position = 0, 0, 0
         self.rows: list[dict] = []
+        self.allocations: list[tuple] = []  # (step, prompt, estimate, rollouts) of sera batches
 
     def state(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "history": self.history.state_dict(), "step": self.step, "epoch": self.epoch,
-                "position": self.position, "rows": self.rows,
+                "position": self.position, "rows": self.rows, "allocations": self.allocations,
                 "config": dataclasses.asdict(self.config)}
 
     def load(self, state: dict) -> None:
@@ -128,6 +129,7 @@ class RLRun:
         self.history.load_state_dict(state["history"])
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.rows = list(state["rows"])
+        self.allocations = list(state["allocations"])
 
     def log(self, metric: str, value: float) -> None:
         self.rows.append({"step": self.step, "method": self.config.method,
@@ -208,6 +210,10 @@ def rl_step(run: RLRun) -> None:
     config, task = run.config, run.task
     ids = run.next_batch()
     counts, weights, fallback = plan(run, ids)
+    if config.method == "sera" and not fallback:
+        estimates, _ = run.history.estimate(ids)
+        run.allocations.extend(zip([run.step] * ids.size, ids.tolist(), estimates.tolist(),
+                                   counts.tolist(), strict=True))
     prompts = [task.train_prompts[i] for i in ids]
     responses = run.sample(prompts, counts, stream=0)
     owner = np.repeat(np.arange(ids.size), counts)
@@ -256,3 +262,7 @@ def table(rows) -> pd.DataFrame:
 
 def final_counts_path(out: str | Path) -> Path:
     return Path(out) / "final_counts.csv"
+
+
+def allocation_table(run: RLRun) -> pd.DataFrame:
+    return pd.DataFrame(run.allocations, columns=["step", "prompt", "estimate", "rollouts"])

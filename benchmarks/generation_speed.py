@@ -1,0 +1,48 @@
+"""Rollout generation on this machine: the batched transformers engine (all rollouts of a batch
+in a few generate calls, KV cache) against one generate call per rollout, in one run.
+
+Usage: python benchmarks/generation_speed.py [--prompts 16] [--n0 8]
+Prints tokens per second of each and the speed-up (limit: at least 5x).
+"""
+
+import argparse
+import time
+
+import torch
+
+from sera.trainers import maze as maze_trainer
+from sera.trainers.engines import Sampling, SingleRolloutEngine, TransformersEngine
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--n0", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    args = parser.parse_args()
+    config = maze_trainer.MazeConfig(n_train=args.prompts, n_val=4)
+    task = maze_trainer.MazeTask(config)
+    torch.manual_seed(0)
+    model = maze_trainer.build_model(config, len(task.train_prompts[0]) + args.max_new_tokens + 8)
+    sampling = Sampling(args.max_new_tokens, 1.0, task.stop_token_id, task.pad_token_id)
+    prompts = task.train_prompts[:args.prompts]
+    counts = [args.n0] * len(prompts)
+    results = {}
+    for name, engine in (("batched", TransformersEngine(model)),
+                         ("one call per rollout", SingleRolloutEngine(model))):
+        engine.generate(prompts[:1], [1], sampling, seed=0)  # warm up
+        start = time.perf_counter()
+        out = engine.generate(prompts, counts, sampling, seed=1)
+        seconds = time.perf_counter() - start
+        tokens = sum(len(r) for r in out)
+        results[name] = seconds
+        print(f"{name:22s} {len(out)} rollouts, {tokens} tokens in {seconds:6.2f} s: "
+              f"{tokens / seconds:8.0f} tokens/s")
+    speedup = results["one call per rollout"] / results["batched"]
+    print(f"threads={torch.get_num_threads()} model {sum(p.numel() for p in model.parameters()):,} "
+          f"parameters; batched speed-up {speedup:.1f}x (limit 5x)")
+
+
+if __name__ == "__main__":
+    main()
