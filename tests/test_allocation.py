@@ -229,21 +229,21 @@ def test_paper_rounding_gives_p_one_remainders_by_index():
 
 
 def test_widened_bracket_agrees_with_the_tight_one():
-    from sera.allocation import _hazard, _pick_keys, _solve
+    from sera.waterfill import hazard, pick_keys, solve
 
     rng = np.random.default_rng(5)
     for _ in range(40):
         p = rng.uniform(0.001, 0.999, int(rng.integers(2, 60)))
         budget = int(rng.integers(2 * p.size + 1, 12 * p.size))
-        h = _hazard(p)
-        solution = _solve(h, budget, 2, 12)
+        h = hazard(p)
+        solution = solve(h, budget, 2, 12)
         if solution.interior is None:
             continue
         size = solution.interior.size
         t_low = solution.interior.level(solution.inner_budget - size)
         wanted = solution.inner_budget - size * 2
-        tight = _pick_keys(h, t_low, solution.lam, wanted, 2, 12, margin=0)
-        wide = _pick_keys(h, t_low, solution.lam, wanted, 2, 12, margin=1)
+        tight = pick_keys(h, t_low, solution.lam, wanted, 2, 12, margin=0)
+        wide = pick_keys(h, t_low, solution.lam, wanted, 2, 12, margin=1)
         assert wide is not None
         if tight is not None:
             np.testing.assert_array_equal(tight, wide)
