@@ -155,7 +155,6 @@ def summarize_study(table: pd.DataFrame, tail: float = 0.2) -> pd.DataFrame:
     per_run = []
     for (method, n0, seed), run in table.groupby(["method", "n0", "seed"]):
         row = {"method": method, "n0": n0, "seed": seed}
-        metric = run.groupby("metric")["value"]
         series = {name: group.sort_values("step")["value"] for name, group in
                   run.groupby("metric")}
         if "cosine" in series:
@@ -165,7 +164,7 @@ def summarize_study(table: pd.DataFrame, tail: float = 0.2) -> pd.DataFrame:
             row["expected_cosine"] = float(series["expected_cosine"].mean())
         for k in (1, 16, 128):
             if f"pass@{k}" in series:
-                row[f"pass@{k}"] = float(metric.last()[f"pass@{k}"])
+                row[f"pass@{k}"] = float(series[f"pass@{k}"].iloc[-1])
         for name in ("history_mae", "history_pearson"):
             if name in series:
                 row[name] = float(series[name].iloc[-1])

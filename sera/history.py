@@ -6,6 +6,8 @@ counts when any of its prompts has no estimate yet. See notebooks/03_allocation_
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from sera import _checks
@@ -79,8 +81,7 @@ class SuccessHistory:
         if available.all():
             return allocate(p_hat, budget, **allocate_kwargs)
         kwargs = {k: v for k, v in allocate_kwargs.items() if k in ("n_min", "n_max", "n0")}
-        result = allocate(p_hat, budget, method="uniform", **kwargs)
-        return _with_fallback(result)
+        return replace(allocate(p_hat, budget, method="uniform", **kwargs), fallback=True)
 
     def state_dict(self) -> dict:
         """Everything needed to resume; arrays are copied."""
@@ -99,8 +100,3 @@ class SuccessHistory:
         self._pending_f = np.array(state["pending_f"], dtype=float)
         self.n_prompts = self.successes.size
 
-
-def _with_fallback(result: Allocation) -> Allocation:
-    from dataclasses import replace
-
-    return replace(result, fallback=True)

@@ -28,7 +28,7 @@ from sera.fidelity import kappa
 from sera.history import SuccessHistory
 from sera.passk import pass_at_k_analytic
 from sera.tasks.classification import build_model, fetch, load_data
-from sera.trainers import rollouts
+from sera.trainers import common, rollouts
 from sera.trainers.checkpoint import load_checkpoint, save_checkpoint
 
 METHODS = ("ce", "maxrl", "sera", "sera-history", "grpo")
@@ -155,32 +155,21 @@ class _Run:
                           "seed": self.config.seed, "n0": self.config.n0, "metric": metric,
                           "value": float(value)})
 
-    def next_batch(self) -> np.ndarray:
-        """Indices of the next batch: a seeded permutation per epoch, so a resumed run sees the
-        same order; historical estimates are folded in at each epoch boundary."""
-        size = len(self.data.train)
-        if self.position + self.config.batch_size > size:
-            self.epoch, self.position = self.epoch + 1, 0
-            self.history.end_epoch()
-        order = np.random.default_rng([self.config.seed, self.epoch]).permutation(size)
-        batch = order[self.position:self.position + self.config.batch_size]
-        self.position += self.config.batch_size
-        return batch
-
 
 def _plan(run: _Run, ids, p_exact: np.ndarray):
-    """Rollout counts and per-prompt weights for this batch."""
+    """Rollout counts, per-prompt weights, fallback flag and the success probabilities the
+    allocation used (exact p, or the frozen historical estimates) for this batch."""
     config = run.config
     uniform = np.full(ids.size, config.n0)
     if config.method in ("maxrl", "grpo"):
-        return uniform, np.ones(ids.size), False
+        return uniform, np.ones(ids.size), False, p_exact
     kwargs = dict(n_min=config.n_min, n_max=config.upper, method=config.rounding,
                   u_min=config.u_min, n0=config.n0)
     if config.method == "sera":
         plan = allocate(p_exact, config.budget, **kwargs)
     else:
         plan = run.history.plan(ids, config.budget, **kwargs)
-    return plan.counts, plan.weights, plan.fallback
+    return plan.counts, plan.weights, plan.fallback, plan.p
 
 
 def _log_probs(run: _Run, images):
@@ -192,7 +181,7 @@ def _log_probs(run: _Run, images):
 
 def train_step(run: _Run) -> None:
     config, model = run.config, run.model
-    ids = run.next_batch()
+    ids = common.next_batch(run, len(run.data.train))
     images, targets = fetch(run.data.train, ids)
     images = images.to(run.device, next(model.parameters()).dtype)
     targets = targets.to(run.device)
@@ -203,7 +192,7 @@ def train_step(run: _Run) -> None:
     if config.method == "ce":
         loss, counts = exact_loss, np.zeros(ids.size, dtype=int)
     else:
-        counts, weights, fallback = _plan(run, ids, p_exact)
+        counts, weights, fallback, p_used = _plan(run, ids, p_exact)
         rows, labels = rollouts.sample_labels(log_probs.detach().exp(), counts, run.generator)
         rewards, values = rollouts.advantages(config.method, rows, labels, targets, counts)
         per_class = rollouts.class_weights(rows, labels, values, ids.size, run.data.n_classes)
@@ -218,11 +207,10 @@ def train_step(run: _Run) -> None:
         run.log("retained", kept.mean())
         if config.method == "sera-history":
             run.history.record(ids[rows.cpu().numpy()], rewards.cpu().numpy())
-            p_hat, available = run.history.estimate(ids)
             run.log("history_fallback", float(fallback))
-            if available.all():
-                run.log("history_mae", np.abs(p_hat - p_exact).mean())
-                run.log("history_pearson", np.corrcoef(p_hat, p_exact)[0, 1])
+            if not fallback:  # every estimate of the batch was available
+                run.log("history_mae", np.abs(p_used - p_exact).mean())
+                run.log("history_pearson", np.corrcoef(p_used, p_exact)[0, 1])
     run.log("train_p", p_exact.mean())
     params = [p for p in model.parameters() if p.requires_grad]
     if run.step % config.cosine_every == 0:
@@ -245,10 +233,10 @@ def train_step(run: _Run) -> None:
 
 
 @torch.no_grad()
-def validation_success(run: _Run, batch_size: int = 512) -> np.ndarray:
-    """Exact success probability of every validation image (eval mode)."""
+def validation_success(run: _Run, batch_size: int = 512, dataset=None) -> np.ndarray:
+    """Exact success probability of every image of dataset (default: validation), eval mode."""
     run.model.eval()
-    dataset = run.data.val
+    dataset = run.data.val if dataset is None else dataset
     out = []
     for start in range(0, len(dataset), batch_size):
         images, targets = fetch(dataset, range(start, min(start + batch_size, len(dataset))))
@@ -274,16 +262,18 @@ def train(config: ClassificationConfig, callback=None) -> pd.DataFrame:
     if state is not None:
         run.load(state)
     (out / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
-    bar = _progress(config, run.step)
+    bar = common.progress_bar(config.progress, config.steps, run.step,
+                              f"{config.method} n0={config.n0}", leave=False)
     while run.step < config.steps:
         if run.step % config.eval_every == 0:
             _evaluate(run, config.val_k)
         train_step(run)
         if run.step % config.checkpoint_every == 0 and run.step < config.steps:
-            save_checkpoint(out / "checkpoint.pt", run.state(), _table(run.rows), out)
+            save_checkpoint(out / "checkpoint.pt", run.state(), common.metrics_table(run.rows),
+                            out)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(_postfix(run.rows), refresh=False)
+            bar.set_postfix(common.latest(run.rows, ("cosine", "val_pass@1")), refresh=False)
         if callback is not None:
             callback(run)
     if not any(r["metric"] == "pass@1" for r in run.rows):
@@ -292,50 +282,52 @@ def train(config: ClassificationConfig, callback=None) -> pd.DataFrame:
             run.log(f"pass@{k}", pass_at_k_analytic(p, k).mean())
     if bar is not None:
         bar.close()
-    table = _table(run.rows)
+    table = common.metrics_table(run.rows)
     save_checkpoint(out / "checkpoint.pt", run.state(), table, out)
     return table
-
-
-def _table(rows) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["step", "method", "seed", "n0", "metric", "value"])
-
-
-def _progress(config, start):
-    if not config.progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=config.steps, initial=start, desc=f"{config.method} n0={config.n0}",
-                leave=False)
-
-
-def _postfix(rows) -> dict:
-    latest = {}
-    for row in reversed(rows):
-        if row["metric"] in ("cosine", "val_pass@1") and row["metric"] not in latest:
-            latest[row["metric"]] = f"{row['value']:.3f}"
-    return latest
 
 
 def parse_args(argv=None) -> ClassificationConfig:
     """Command-line flags built from the config fields (and their docstrings)."""
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    for f in dataclasses.fields(ClassificationConfig):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in ("bool",):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
-        elif f.name == "val_k":
-            parser.add_argument(flag, type=int, nargs="+", default=list(f.default))
-        else:
-            kind = {"int": int, "float": float, "str": str}.get(f.type.split(" |")[0], str)
-            optional = "None" in f.type
-            parser.add_argument(flag, type=(lambda v, k=kind: None if v == "none" else k(v))
-                                if optional else kind, default=f.default)
-    values = vars(parser.parse_args(argv))
-    values["val_k"] = tuple(values["val_k"])
-    return ClassificationConfig(**values)
+    common.add_flags(parser, ClassificationConfig)
+    return common.build(ClassificationConfig, vars(parser.parse_args(argv)))
+
+
+def history_snapshot(out: str | Path) -> pd.DataFrame:
+    """For a finished sera-history run: every training image's historical estimate beside its
+    exact success probability under the final model (one row per image, available or not)."""
+    out = Path(out)
+    state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
+    config = ClassificationConfig(**{**state["config"], "val_k": tuple(state["config"]["val_k"]),
+                                     "progress": False, "device": "cpu"})
+    run = _Run(config)
+    run.load(state)
+    p_hat, available = run.history.estimate()
+    p_exact = validation_success(run, dataset=run.data.train)
+    return pd.DataFrame({"prompt": np.arange(len(p_hat)), "p_hat": p_hat, "p_exact": p_exact,
+                         "available": available})
+
+
+def run_grid(base: ClassificationConfig, methods, budgets, seeds, runs_dir: str | Path,
+             progress: bool = True) -> pd.DataFrame:
+    """Every method x budget x seed of the study (CE once per seed: it samples nothing), each in
+    its own folder under runs_dir; finished runs are read back from their checkpoints."""
+    jobs = [(m, n0, s) for s in seeds for m in methods for n0 in budgets
+            if m != "ce" or n0 == budgets[0]]
+    tables = []
+    bar = common.progress_bar(progress, len(jobs), desc="runs")
+    for method, n0, seed in jobs:
+        folder = Path(runs_dir) / f"{method}_n0-{n0}_seed-{seed}"
+        config = dataclasses.replace(base, method=method, n0=n0, seed=seed, out=str(folder),
+                                     progress=False)
+        tables.append(train(config))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return pd.concat(tables, ignore_index=True)
 
 
 def main(argv=None) -> int:
@@ -352,45 +344,3 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def history_snapshot(out: str | Path) -> pd.DataFrame:
-    """For a finished sera-history run: every training image's historical estimate beside its
-    exact success probability under the final model (one row per image, available or not)."""
-    out = Path(out)
-    state = torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=False)
-    config = ClassificationConfig(**{**state["config"], "val_k": tuple(state["config"]["val_k"]),
-                                     "progress": False, "device": "cpu"})
-    run = _Run(config)
-    run.load(state)
-    p_hat, available = run.history.estimate()
-    train, val = run.data.train, run.data.val
-    run.data.val = train  # reuse the batched exact-probability pass on the training set
-    p_exact = validation_success(run)
-    run.data.val = val
-    return pd.DataFrame({"prompt": np.arange(len(train)), "p_hat": p_hat, "p_exact": p_exact,
-                         "available": available})
-
-
-def run_grid(base: ClassificationConfig, methods, budgets, seeds, runs_dir: str | Path,
-             progress: bool = True) -> pd.DataFrame:
-    """Every method x budget x seed of the study (CE once per seed: it samples nothing), each in
-    its own folder under runs_dir; finished runs are read back from their checkpoints."""
-    jobs = [(m, n0, s) for s in seeds for m in methods for n0 in budgets
-            if m != "ce" or n0 == budgets[0]]
-    tables = []
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(jobs), desc="runs")
-    for method, n0, seed in jobs:
-        folder = Path(runs_dir) / f"{method}_n0-{n0}_seed-{seed}"
-        config = dataclasses.replace(base, method=method, n0=n0, seed=seed, out=str(folder),
-                                     progress=False)
-        tables.append(train(config))
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return pd.concat(tables, ignore_index=True)

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from sera.tasks import maze
-from sera.trainers import sequence
+from sera.trainers import common, sequence
 from sera.trainers.checkpoint import load_checkpoint, save_checkpoint
 
 
@@ -111,8 +111,9 @@ def warm_up(config: MazeConfig, task: MazeTask, folder: Path, max_positions: int
     stamp = folder / "warmup.json"
     settings = {**dataclasses.asdict(config), "seed": seed, "max_positions": max_positions}
     settings.pop("warmup_dir")
-    if stamp.exists() and json.loads(stamp.read_text())["settings"] == settings:
-        return Qwen2ForCausalLM.from_pretrained(folder), json.loads(stamp.read_text())["rows"]
+    saved = json.loads(stamp.read_text()) if stamp.exists() else None
+    if saved is not None and saved["settings"] == settings:
+        return Qwen2ForCausalLM.from_pretrained(folder), saved["rows"]
     torch.manual_seed(seed)
     model = build_model(config, max_positions)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.warmup_lr)
@@ -149,7 +150,8 @@ def train(task_config: MazeConfig, config: sequence.RLConfig, callback=None) -> 
     if state is not None:
         run.load(state)
     (out / "config.json").write_text(json.dumps(settings, indent=2))
-    bar = _progress(config, run.step)
+    bar = common.progress_bar(config.progress, config.steps, run.step,
+                              f"{config.method} {config.agg}", leave=False)
     while run.step < config.steps:
         if run.step % config.eval_every == 0:
             correct = sequence.evaluate(run, config.eval_samples, stream=1)
@@ -159,7 +161,8 @@ def train(task_config: MazeConfig, config: sequence.RLConfig, callback=None) -> 
             _save(run, out, settings)
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(_postfix(run.rows), refresh=False)
+            bar.set_postfix(common.latest(run.rows, ("train_reward", "val_pass@1")),
+                            refresh=False)
         if callback is not None:
             callback(run)
     if not any(r["metric"] == "pass@1" for r in run.rows):
@@ -167,7 +170,7 @@ def train(task_config: MazeConfig, config: sequence.RLConfig, callback=None) -> 
     if bar is not None:
         bar.close()
     _save(run, out, settings)
-    return sequence.table(run.rows)
+    return common.metrics_table(run.rows)
 
 
 def run_grid(task_config: MazeConfig, base: sequence.RLConfig, runs, seeds, runs_dir,
@@ -175,20 +178,14 @@ def run_grid(task_config: MazeConfig, base: sequence.RLConfig, runs, seeds, runs
     """Every (method, agg) in `runs` x seed, each in runs_dir/<method>_<agg>_seed-<seed>, all
     from one shared warm-up. Returns the metrics (with an agg column), the final per-maze
     counts and SERA's allocations, keyed by run label."""
-    import dataclasses as dc
-
-    task_config = dc.replace(task_config, warmup_dir=str(Path(runs_dir) / "warmup"))
+    task_config = dataclasses.replace(task_config, warmup_dir=str(Path(runs_dir) / "warmup"))
     tables, counts, allocations = [], {}, {}
     jobs = [(method, agg, seed) for seed in seeds for method, agg in runs]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(jobs), desc="runs")
+    bar = common.progress_bar(progress, len(jobs), desc="runs")
     for method, agg, seed in jobs:
         label = f"{method}_{agg}_seed-{seed}"
         folder = Path(runs_dir) / label
-        config = dc.replace(base, method=method, agg=agg, seed=seed, out=str(folder),
+        config = dataclasses.replace(base, method=method, agg=agg, seed=seed, out=str(folder),
                             progress=False)
         tables.append(train(task_config, config).assign(agg=agg))
         counts[label] = pd.read_csv(sequence.final_counts_path(folder))
@@ -234,53 +231,16 @@ def _finish(run: sequence.RLRun, out: Path) -> None:
 def _save(run, out, settings) -> None:
     state = run.state()
     state["config"] = settings
-    save_checkpoint(out / "checkpoint.pt", state, sequence.table(run.rows), out)
-
-
-def _progress(config, start):
-    if not config.progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=config.steps, initial=start, desc=f"{config.method} {config.agg}",
-                leave=False)
-
-
-def _postfix(rows) -> dict:
-    latest = {}
-    for row in reversed(rows):
-        if row["metric"] in ("train_reward", "val_pass@1") and row["metric"] not in latest:
-            latest[row["metric"]] = f"{row['value']:.3f}"
-    return latest
-
-
-def _add_flags(parser, cls, skip=()):
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if f.type == "bool":
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
-        elif f.type.startswith("tuple"):
-            parser.add_argument(flag, type=int, nargs="+", default=list(f.default))
-        else:
-            kind = {"int": int, "float": float, "str": str}[f.type.split(" |")[0]]
-            convert = (lambda v, k=kind: None if v == "none" else k(v)) if "None" in f.type \
-                else kind
-            parser.add_argument(flag, type=convert, default=f.default, help=f"default {f.default}")
+    save_checkpoint(out / "checkpoint.pt", state, common.metrics_table(run.rows), out)
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_flags(parser, MazeConfig)
-    _add_flags(parser, sequence.RLConfig)
+    common.add_flags(parser, MazeConfig)
+    common.add_flags(parser, sequence.RLConfig)
     values = vars(parser.parse_args(argv))
-    names = {f.name for f in dataclasses.fields(MazeConfig)}
-    task_values = {k: v for k, v in values.items() if k in names}
-    rl_values = {k: (tuple(v) if isinstance(v, list) else v) for k, v in values.items()
-                 if k not in names}
-    return MazeConfig(**task_values), sequence.RLConfig(**rl_values)
+    return common.build(MazeConfig, values), common.build(sequence.RLConfig, values)
 
 
 def main(argv=None) -> int:

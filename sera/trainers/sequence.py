@@ -21,6 +21,7 @@ import torch
 from sera.estimators import AGGREGATIONS, grpo_advantages, maxrl_advantages, policy_loss
 from sera.history import SuccessHistory
 from sera.passk import pass_at_k
+from sera.trainers import common
 from sera.trainers.engines import Sampling, TransformersEngine
 
 METHODS = ("maxrl", "sera", "grpo")
@@ -136,29 +137,19 @@ class RLRun:
                           "seed": self.config.seed, "n0": self.config.n0, "metric": metric,
                           "value": float(value)})
 
-    def next_batch(self) -> np.ndarray:
-        size = len(self.task.train_prompts)
-        if self.position + self.config.batch_size > size:
-            self.epoch, self.position = self.epoch + 1, 0
-            self.history.end_epoch()
-        order = np.random.default_rng([self.config.seed, self.epoch]).permutation(size)
-        batch = order[self.position:self.position + self.config.batch_size]
-        self.position += self.config.batch_size
-        return batch
-
     def sample(self, prompts, counts, stream: int) -> list[list[int]]:
         seed = int(np.random.default_rng([self.config.seed, stream, self.step]).integers(2**31))
         return self.engine.generate(prompts, counts, self.sampling, seed)
 
 
 def plan(run: RLRun, ids: np.ndarray):
-    """(counts, per-prompt weights, fallback) for this batch."""
+    """(counts, per-prompt weights, fallback, the estimates allocated from or None)."""
     config = run.config
     if config.method != "sera":
-        return np.full(ids.size, config.n0), np.ones(ids.size), False
+        return np.full(ids.size, config.n0), np.ones(ids.size), False, None
     result = run.history.plan(ids, config.budget, n_min=config.n_min, n_max=config.upper,
                               method=config.rounding, u_min=config.u_min, n0=config.n0)
-    return result.counts, result.weights, result.fallback
+    return result.counts, result.weights, result.fallback, result.p
 
 
 def response_advantages(method: str, rewards: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -208,10 +199,9 @@ def sequence_loss(model, prompts, responses, advantages, weights, agg: str, max_
 
 def rl_step(run: RLRun) -> None:
     config, task = run.config, run.task
-    ids = run.next_batch()
-    counts, weights, fallback = plan(run, ids)
-    if config.method == "sera" and not fallback:
-        estimates, _ = run.history.estimate(ids)
+    ids = common.next_batch(run, len(task.train_prompts))
+    counts, weights, fallback, estimates = plan(run, ids)
+    if estimates is not None and not fallback:
         run.allocations.extend(zip([run.step] * ids.size, ids.tolist(), estimates.tolist(),
                                    counts.tolist(), strict=True))
     prompts = [task.train_prompts[i] for i in ids]
@@ -254,10 +244,6 @@ def evaluate(run: RLRun, samples: int, stream: int) -> np.ndarray:
 def log_validation(run: RLRun, correct: np.ndarray, samples: int, ks, prefix: str) -> None:
     for k in ks:
         run.log(f"{prefix}pass@{k}", pass_at_k(samples, correct, k).mean())
-
-
-def table(rows) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["step", "method", "seed", "n0", "metric", "value"])
 
 
 def final_counts_path(out: str | Path) -> Path:
