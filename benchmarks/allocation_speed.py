@@ -1,7 +1,12 @@
 """Allocation time for 10^6 prompts against numpy.sort of the same 10^6 floats, in one run.
 
-Usage: python benchmarks/allocation_speed.py [--prompts 1000000] [--repeats 5]
-Prints the best-of-repeats absolute times and the ratios to the sort.
+Usage: python benchmarks/allocation_speed.py [--prompts 1000000] [--repeats 9]
+
+Part 1: waterline and both roundings, for two p distributions (Beta(0.6, 1.2), and a
+wide-range mix of confident and hopeless prompts) and two n_max values, as ratios to the sort
+(limits: paper rounding 4x, exact 10x). Part 2: the observability safeguard (u_min = 0.5) against
+the same call without it, for 10^5 and 10^6 prompts (limit 25x). Best-of-repeats times, the calls
+interleaved so that machine drift hits them alike.
 """
 
 import argparse
@@ -23,30 +28,59 @@ def best_times(calls, repeats):
     return best
 
 
+def distributions(size, rng):
+    wide = rng.beta(0.6, 1.2, size)
+    pick = rng.random(size)
+    wide[pick < 0.3] = 1 - 10.0 ** -rng.uniform(1, 16, int((pick < 0.3).sum()))
+    wide[pick > 0.9] = 10.0 ** -rng.uniform(1, 300, int((pick > 0.9).sum()))
+    return {"beta(0.6,1.2)": rng.beta(0.6, 1.2, size), "wide-range": wide}
+
+
+def roundings(size, n0, repeats, rng):
+    limits = {"paper": 4.0, "exact": 10.0}
+    print(f"prompts={size:,} budget={n0 * size:,} n_min=2, best of {repeats}; ratio to "
+          f"numpy.sort of the same p")
+    for label, p in distributions(size, rng).items():
+        for n_max in (64, 256):
+            calls = {"numpy.sort": lambda p=p: np.sort(p),
+                     "waterline": lambda p=p, n=n_max: sera.waterline(p, n0 * size, 2, n)}
+            for method in limits:
+                calls[method] = lambda p=p, n=n_max, m=method: sera.allocate(
+                    p, n0 * size, 2, n, method=m)
+            best = best_times(calls, repeats)
+            sort = best["numpy.sort"]
+            cells = [f"{name} {best[name] * 1e3:6.1f} ms ({best[name] / sort:4.2f}x"
+                     + (f", limit {limits[name]:.0f}x)" if name in limits else ")")
+                     for name in ("waterline", *limits)]
+            print(f"  {label:14s} n_max={n_max:3d}  sort {sort * 1e3:5.1f} ms  " + "  ".join(cells))
+
+
+def safeguard(sizes, n0, repeats, rng):
+    print(f"observability safeguard (u_min=0.5, p ~ Beta(0.3, 0.8), budget {n0}B, n_max 64); "
+          f"limit 25x the call without it")
+    for size in sizes:
+        p, budget = rng.beta(0.3, 0.8, size), n0 * size
+        for method in ("paper", "exact"):
+            calls = {"without": lambda p=p, b=budget, m=method: sera.allocate(p, b, 2, 64, m),
+                     "with": lambda p=p, b=budget, m=method: sera.allocate(p, b, 2, 64, m,
+                                                                           u_min=0.5)}
+            best = best_times(calls, repeats)
+            kept = sera.allocate(p, budget, 2, 64, method, u_min=0.5).retained.mean()
+            print(f"  B={size:>9,} {method:5s}  without {best['without'] * 1e3:7.1f} ms  with "
+                  f"{best['with'] * 1e3:8.1f} ms  ratio {best['with'] / best['without']:5.1f}x  "
+                  f"(retained {kept:.1%})")
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=1_000_000)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--n0", type=int, default=16)
-    parser.add_argument("--n-max", type=int, default=64)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    p = rng.beta(0.6, 1.2, args.prompts)
-    budget = args.n0 * args.prompts
-    calls = {
-        "numpy.sort": lambda: np.sort(p),
-        "waterline (float)": lambda: sera.waterline(p, budget, 2, args.n_max),
-        "allocate paper": lambda: sera.allocate(p, budget, 2, args.n_max, method="paper"),
-        "allocate exact": lambda: sera.allocate(p, budget, 2, args.n_max, method="exact"),
-    }
-    best = best_times(calls, args.repeats)
-    print(f"prompts={args.prompts:,} budget={budget:,} n_min=2 n_max={args.n_max} "
-          f"best of {args.repeats}")
-    limits = {"allocate paper": 4.0, "allocate exact": 10.0}
-    for name, t in best.items():
-        ratio = t / best["numpy.sort"]
-        limit = f"  (limit {limits[name]:.0f}x)" if name in limits else ""
-        print(f"{name:20s}  {t * 1e3:8.1f} ms   ratio {ratio:5.2f}{limit}")
+    roundings(args.prompts, args.n0, args.repeats, rng)
+    safeguard((args.prompts // 10, args.prompts), 8, max(3, args.repeats // 3), rng)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 
 from sera import _checks
-from sera.fidelity import kappa, mixed_probability
+from sera.fidelity import kappa
+from sera.safeguard import largest_observable_prefix
 from sera.waterfill import hazard, round_exact, round_paper, solve
 
 METHODS = ("paper", "exact", "uniform")
@@ -114,8 +116,8 @@ def waterline(p, budget, n_min=2, n_max=None) -> Waterline:
     """
     p = _checks.batch_probabilities(p)
     budget, lo, hi = _bounds(p.size, budget, n_min, n_max)
-    solution = solve(hazard(p), budget, lo, hi)
-    return Waterline(solution.counts, float(solution.lam))
+    solution = solve(hazard(p), budget, lo, hi, own=True)
+    return Waterline(solution.counts, solution.lam)
 
 
 def _uniform_counts(n_prompts: int, budget: int) -> np.ndarray:
@@ -124,17 +126,18 @@ def _uniform_counts(n_prompts: int, budget: int) -> np.ndarray:
     return counts
 
 
-def _integer(p, budget, lo, hi, method):
-    """Integer counts, continuous counts and lam for one retained set."""
+def _integer(p, budget, lo, hi, method, h=None, ordered=None):
+    """Integer counts, continuous counts and lam for one retained set (h, ordered: its hazards
+    and their sorted copy, when the caller has them)."""
     if method == "uniform":
         counts = _uniform_counts(p.size, budget)
         return counts, counts.astype(float), math.nan
-    h = hazard(p)
-    solution = solve(h, budget, lo, hi)
+    solution = solve(hazard(p) if h is None else h, budget, lo, hi, ordered,
+                     bracket=method == "exact", own=h is None)
     if method == "paper":
-        counts = round_paper(h, solution, budget, hi)
+        counts = round_paper(solution, budget, hi)
     else:
-        counts = round_exact(h, solution, budget, lo, hi)
+        counts = round_exact(solution, budget, lo, hi)
     return counts, solution.counts, solution.lam
 
 
@@ -162,10 +165,8 @@ def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=None
         counts, continuous, lam = _integer(p, budget, lo, hi, method)
         return _result(p, None, counts, continuous, lam, False, method, n0)
     u_min = _checks.real(u_min, "u_min", 0.0, 1.0)
-    order, size, fallback = _safeguard(p, budget, lo, n_max, method, u_min)
-    kept = order[:size]
-    bound = hi if n_max is not None else budget - (size - 1) * lo
-    counts_kept, continuous_kept, lam = _integer(p[kept], budget, lo, bound, method)
+    kept, (counts_kept, continuous_kept, lam), fallback = largest_observable_prefix(
+        p, budget, lo, n_max, partial(_integer, method=method), u_min)
     return _result(p, kept, counts_kept, continuous_kept, lam, fallback, method, n0)
 
 
@@ -187,24 +188,10 @@ def _result(p, kept, counts_kept, continuous_kept, lam, fallback, method, n0) ->
     if method == "uniform":
         level = float(kappa(p[kept], counts_kept).min())
     else:
-        level = 1.0 - math.exp(-lam)
+        level = -math.expm1(-lam)
     return Allocation(p=p, counts=counts, weights=weights, retained=retained, level=level,
                       lam=float(lam), continuous=continuous, fallback=fallback, method=method,
                       n0=float(n0))
-
-
-def _safeguard(p, budget, lo, n_max, method, u_min):
-    """Active-prefix search: (ranking, retained size, fallback)."""
-    rank_count = n_max if n_max is not None else budget - (p.size - 1) * lo
-    order = np.argsort(-mixed_probability(p, rank_count), kind="stable")
-    smallest = math.ceil(budget / n_max) if n_max is not None else 1
-    for size in range(min(p.size, budget // lo), max(smallest, 1) - 1, -1):
-        kept = order[:size]
-        bound = n_max if n_max is not None else budget - (size - 1) * lo
-        counts, _, _ = _integer(p[kept], budget, lo, bound, method)
-        if np.all(mixed_probability(p[kept], counts) >= u_min):
-            return order, size, False
-    return order, max(smallest, 1), True
 
 
 def uniform(p, budget, n_min=2, n_max=None, n0=None) -> Allocation:

@@ -1,55 +1,81 @@
 """The water level and its integer roundings: the numerical core behind sera.allocate.
 
-The continuous waterline is solved exactly from one sort of the hazards h = -log(1-p); the
-paper's rounding and the exact integer max-min both run in O(B) after it. Derivations:
-notebooks/02_waterline_allocation.ipynb.
+The continuous waterline is solved from one sort of the hazards h = -log(1-p); the paper's
+rounding and the exact integer max-min both run in O(B) after it. Every sum that decides a count
+is taken over the prompts it concerns (never as a difference of running totals that include a
+huge 1/h), so a batch may mix p = 1e-300 with p = 1 - 1e-16. Derivations:
+notebooks/02_waterline_allocation.ipynb; the readable specification of both roundings is kept in
+tests/test_allocation.py.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from dataclasses import dataclass
 
 import numpy as np
 
+# When sum(1/h) could come near overflow (h near 1e-300 and below), the hazards are scaled up by
+# a power of two, which is exact and changes only the units of lam.
+_HEADROOM = 2.0**-1000
+
+
+def hazard(p: np.ndarray) -> np.ndarray:
+    """h = -log(1-p): kappa(p, n) = 1 - exp(-(n-1) h). 0 at p = 0, inf at p = 1.
+
+    Taken as log(u) * p / (u - 1) with u = 1 - p rounded (Goldberg's identity for log1p, within
+    a few ulps), because numpy's log is vectorised and its log1p is not: log1p alone would cost
+    more than the sort. Where u rounds to 1 (p < 2**-53), h = p to double precision.
+    """
+    u = np.subtract(1.0, p)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = np.log(u)
+        u -= 1.0
+        np.divide(p, u, out=u)
+        h *= u  # p = 1: -inf * -1 = inf
+    np.copyto(h, p, where=np.isnan(h))  # 0 * inf where u rounded to 1
+    return h
+
 
 class Interior:
-    """The prompts with 0 < p < 1, sorted by h = -log(1-p), with what S(lam) needs.
+    """The prompts with 0 < h < inf, sorted, and S(lam) = sum_q clip(1 + lam/h_q, lo, hi).
 
-    Prompt q sits at lo for lam <= a_q = (lo-1) h_q and at hi for lam >= b_q = (hi-1) h_q; both
-    breakpoint lists are sorted with h, so S(lam) = sum_q clip(1 + lam/h_q, lo, hi) is evaluated
-    in O(log B) from prefix sums of 1/h.
+    Prompt j sits at lo for lam <= a_j = (lo-1) h_j and at hi for lam >= b_j = (hi-1) h_j; both
+    breakpoint lists are sorted with h. The binary search over breakpoints reads sums of 1/h from
+    suffix sums (accumulated from the smallest 1/h up, so a range's sum is never a small difference
+    of two huge totals); the final segment is then solved from a direct sum over its prompts.
     """
 
     BLOCK = 1024
 
     def __init__(self, h: np.ndarray, lo: int, hi: int):
-        self.h = h  # sorted ascending, all 0 < h < inf
-        self.lo, self.hi, self.size = lo, hi, h.size
-        # Prefix sums of 1/h per block of BLOCK prompts; the binary search needs only O(log B)
-        # of them, so a full-length cumsum (and its memory) is not worth it. Chunks of 64 blocks
-        # keep the temporaries in cache.
+        self.h, self.lo, self.hi, self.size = h, lo, hi, h.size
+        # Sums of 1/h per block of BLOCK prompts and their suffix sums: the search reads only
+        # O(log B) range sums, so a full-length running sum (B floats of new memory) does not pay.
+        n_blocks = -(-h.size // self.BLOCK)
+        sums = np.zeros(n_blocks + 1)
         whole = h.size // self.BLOCK * self.BLOCK
-        sums = np.zeros(whole // self.BLOCK + 1)
         step = 64 * self.BLOCK
+        buffer = np.empty(min(step, whole))
         for start in range(0, whole, step):
             stop = min(start + step, whole)
-            block_sums = np.reciprocal(h[start:stop]).reshape(-1, self.BLOCK).sum(axis=1)
-            sums[1 + start // self.BLOCK:1 + stop // self.BLOCK] = block_sums
-        self.block_cum = np.cumsum(sums)
+            part = np.reciprocal(h[start:stop], out=buffer[:stop - start])
+            sums[start // self.BLOCK:stop // self.BLOCK] = part.reshape(-1, self.BLOCK).sum(1)
+        if whole < h.size:
+            sums[n_blocks - 1] = _sum_inverse(h[whole:])
+        self.block_suffix = np.cumsum(sums[::-1])[::-1]  # [b]: blocks b.. (from the smallest 1/h)
 
-    def _w(self, i: int) -> float:
-        """sum of 1/h over the i smallest h."""
-        block = i // self.BLOCK
-        tail = self.h[block * self.BLOCK:i]
-        return float(self.block_cum[block] + np.reciprocal(tail).sum())
+    def _suffix(self, i: int) -> float:
+        """sum of 1/h_j over j >= i: the rest of i's block directly, then whole blocks."""
+        block = -(-i // self.BLOCK)
+        return _sum_inverse(self.h[i:block * self.BLOCK]) + float(self.block_suffix[block])
 
     def total(self, lam: float) -> float:
-        """S(lam). Prompts exactly at a breakpoint may land on either side: S is continuous."""
+        """S(lam), to within rounding of the suffix sums (used only to steer the search)."""
         i_hi = int(np.searchsorted(self.h, lam / (self.hi - 1), "right"))
         i_lo = max(int(np.searchsorted(self.h, lam / (self.lo - 1), "left")), i_hi)
-        return (i_hi * self.hi + (self.size - i_lo) * self.lo + (i_lo - i_hi)
-                + lam * (self._w(i_lo) - self._w(i_hi)))
+        free = self._suffix(i_hi) - self._suffix(i_lo)
+        return i_hi * self.hi + (self.size - i_lo) * self.lo + (i_lo - i_hi) + lam * free
 
     def _first_reaching(self, scale: int, target: float) -> int:
         """First j with S(scale * h_j) >= target (binary search; S is nondecreasing)."""
@@ -62,108 +88,149 @@ class Interior:
                 left = mid + 1
         return left
 
-    def level(self, target: float) -> float:
-        """The smallest lam with S(lam) = target, exact up to rounding: S is piecewise linear, so
-        the segment holding the target is found among the breakpoints and solved in closed form.
-        At target = size*lo the flat start is resolved to its right end, lam = (lo-1) h_min."""
+    def level(self, target: int) -> float:
+        """The smallest lam with S(lam) = target. S is piecewise linear: the segment holding the
+        target is found among the breakpoints, then solved in closed form. At target = size*lo
+        the flat start resolves to its right end, lam = (lo-1) h_min."""
         lo, hi, h = self.lo - 1, self.hi - 1, self.h
         if target <= self.size * self.lo:
             return float(lo * h[0])
         if target >= self.size * self.hi:
             return float(hi * h[-1])
-        ja = self._first_reaching(lo, target)  # a_j < lam exactly for j < ja on the segment
-        jb = self._first_reaching(hi, target)  # b_j < lam exactly for j < jb
+        ja = self._first_reaching(lo, target)  # prompts j >= ja sit at lo on the segment
+        jb = min(self._first_reaching(hi, target), ja)  # prompts j < jb sit at hi
         start = max(0.0, lo * h[ja - 1] if ja else 0.0, hi * h[jb - 1] if jb else 0.0)
-        ends = ([lo * h[ja]] if ja < self.size else []) + ([hi * h[jb]] if jb < self.size else [])
-        # On (start, end) the unclipped prompts are exactly jb <= j < ja.
-        lam = start + (target - self.total(start)) / (self._w(ja) - self._w(jb))
-        return float(min([lam, *ends]))
+        end = min(lo * h[ja] if ja < self.size else math.inf, hi * h[jb])
+        # On the segment the unclipped prompts are jb <= j < ja: target - (the clipped prompts'
+        # counts and the unclipped prompts' 1 each) is an exact integer, divided by sum 1/h.
+        fixed = jb * self.hi + (self.size - ja) * self.lo + (ja - jb)
+        free = _sum_inverse(h[jb:ja])
+        lam = (target - fixed) / free if free > 0 else start
+        return float(min(max(lam, start), end))
 
 
-def hazard(p: np.ndarray) -> np.ndarray:
-    """h = -log(1-p): kappa(p, n) = 1 - exp(-(n-1) h). 0 at p = 0, inf at p = 1."""
-    h = np.negative(p)
-    with np.errstate(divide="ignore"):
-        np.log1p(h, out=h)
-    return np.negative(h, out=h)
+def _sum_inverse(h: np.ndarray, chunk: int = 1 << 16) -> float:
+    """sum(1/h) in chunks: pairwise within a chunk, and no temporary as long as h."""
+    buffer = np.empty(min(chunk, h.size))
+    total = 0.0
+    for start in range(0, h.size, chunk):
+        part = buffer[:min(chunk, h.size - start)]
+        total += float(np.reciprocal(h[start:start + chunk], out=part).sum())
+    return total
 
 
-class Solution(NamedTuple):
+@dataclass(frozen=True)
+class Solution:
+    """The continuous waterline of one batch, in the batch's order."""
+
     counts: np.ndarray  # continuous counts
-    lam: float
-    interior: Interior | None  # set in the interior phase, 0 < lam < inf
+    h: np.ndarray  # hazards, multiplied by 2**shift
+    lam_scaled: float  # water level in the units of h
+    shift: int
     inner_budget: int  # the part of the budget the 0 < p < 1 prompts share
-    scratch: np.ndarray  # the sorted hazards' buffer, free once the interior is done with
+    n_inner: int  # prompts with 0 < p < 1
+    interior: bool  # the level lies in the interior phase, 0 < lam < inf
+    t_low: float = math.nan  # the level at inner_budget - n_inner (solve(..., bracket=True))
+
+    @property
+    def lam(self) -> float:
+        """The water level of kappa = 1 - exp(-lam)."""
+        return math.ldexp(self.lam_scaled, -self.shift) if math.isfinite(self.lam_scaled) \
+            else self.lam_scaled
 
 
-def solve(h: np.ndarray, budget: int, lo: int, hi: int) -> Solution:
+def solve(h: np.ndarray, budget: int, lo: int, hi: int, ordered: np.ndarray | None = None,
+          bracket: bool = False, own: bool = False) -> Solution:
     """Continuous waterline from the hazards h, in three phases: p = 0 prompts fill first
-    (lam = 0), then the interior rises with lam, then p = 1 prompts (lam = inf)."""
-    ordered = np.sort(h)  # p = 0 (h = 0) first, p = 1 (h = inf) last
+    (lam = 0), then the interior rises with lam, then p = 1 prompts (lam = inf).
+
+    `ordered` may pass np.sort(h) when the caller already has it (the safeguard's prefixes);
+    `bracket` also solves the level at B fewer rollouts, which the exact rounding needs;
+    `own` lets the solver rescale h in place (the caller made it and keeps no other use for it).
+    """
+    if ordered is None:
+        ordered, own_sorted = np.sort(h), True  # p = 0 (h = 0) first, p = 1 last
+    else:
+        own_sorted = False
     n_zero = int(np.searchsorted(ordered, 0.0, "right"))
     n_one = h.size - int(np.searchsorted(ordered, np.inf, "left"))
     n_inner = h.size - n_zero - n_one
+    shift = 0
+    if n_inner and ordered[n_zero] < n_inner * _HEADROOM:
+        shift = -int(np.frexp(ordered[n_zero])[1]) - 900  # h_min * 2**shift is about 2**-900
+        h = np.multiply(h, 2.0**shift, out=h if own else None)
+        ordered = np.multiply(ordered, 2.0**shift, out=ordered if own_sorted else None)
+    inner_budget = budget - n_zero * hi - n_one * lo
+
+    def done(counts, lam, interior=False, t_low=math.nan):
+        return Solution(counts, h, float(lam), shift, inner_budget, n_inner, interior, t_low)
+
     extra = budget - h.size * lo
     if n_zero and extra <= n_zero * (hi - lo):
-        counts = np.where(h == 0, lo + extra / n_zero, float(lo))
-        return Solution(counts, 0.0, None, 0, ordered)
-    inner_budget = budget - n_zero * hi - n_one * lo
+        return done(np.where(h == 0, lo + extra / n_zero, float(lo)), 0.0)
     if n_inner and inner_budget <= n_inner * lo:
         # Everything at lo: report the lowest fidelity, the right end of S's flat start.
-        counts = np.where(h == 0, float(hi), float(lo))
-        return Solution(counts, (lo - 1) * float(ordered[n_zero]), None, 0, ordered)
+        return done(np.where(h == 0, float(hi), float(lo)), (lo - 1) * ordered[n_zero])
     if n_inner == 0 or inner_budget >= n_inner * hi:
         if n_one and inner_budget > n_inner * hi:
             share = lo + (inner_budget - n_inner * hi) / n_one
-            return Solution(np.where(h == np.inf, share, float(hi)), math.inf, None, 0, ordered)
-        h_max = float(ordered[n_zero + n_inner - 1]) if n_inner else 0.0
-        counts = np.where(h == np.inf, float(lo), float(hi))
-        return Solution(counts, (hi - 1) * h_max, None, 0, ordered)
+            return done(np.where(h == np.inf, share, float(hi)), math.inf)
+        h_max = ordered[n_zero + n_inner - 1] if n_inner else 0.0
+        return done(np.where(h == np.inf, float(lo), float(hi)), (hi - 1) * h_max)
     interior = Interior(ordered[n_zero:n_zero + n_inner], lo, hi)
     lam = interior.level(inner_budget)
+    t_low = interior.level(inner_budget - n_inner) if bracket else math.nan
+    del interior  # the sorted copy and its sums are not needed past this point
     # With 0 < lam < inf one formula covers every prompt: lam / 0 = inf puts p = 0 at hi and
     # lam / inf = 0 puts p = 1 at lo.
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         counts = np.divide(lam, h)
     counts += 1.0
     np.clip(counts, lo, hi, out=counts)
-    return Solution(counts, lam, interior, inner_budget, ordered)
+    return done(counts, lam, True, t_low)
 
 
-def round_paper(h, solution: Solution, budget, hi) -> np.ndarray:
+def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
     """The paper's exact-budget rounding: floor, then one extra rollout each to the prompts whose
     one-increment squared fidelity error (kappa(p, f + 1) - level)^2 is smallest (f the floor).
 
     Every eligible prompt has kappa(p, f + 1) >= level (its continuous count lies in [f, f + 1),
     or it sits at n_min above the level), so the smallest errors are the smallest
     kappa(p, f + 1) = 1 - exp(-f h): ranking f * h picks the same prompts without an exp.
-    The solution's scratch buffer and then h itself serve as workspace (h is consumed).
+    Ties go to the lowest index.
     """
-    scratch = np.add(solution.counts, 1e-9, out=solution.scratch)  # a hair below k is k
-    counts = scratch.astype(np.int64)  # truncation is floor for positive counts
+    work = np.add(solution.counts, 1e-9)
+    counts = work.astype(np.int64)  # floor; a hair below k is k
+    if counts.sum() > budget:  # only if many counts sit within 1e-9 below an integer
+        counts = solution.counts.astype(np.int64)
     short = budget - int(counts.sum())
-    if short <= 0:
+    if short == 0:
         return counts
-    full = counts >= hi
-    order_key = np.multiply(counts, h, out=scratch)  # f >= 2, so never 0 * inf
-    np.copyto(order_key, np.inf, where=full)  # prompts at hi are not eligible
-    np.copyto(h, order_key)  # h is done with: partition a copy of the keys in its place
-    h.partition(short - 1)
-    cut = h[short - 1]
-    below = order_key < cut
-    counts += below
+    full = np.flatnonzero(counts >= hi)
+
+    def keys():
+        key = np.multiply(counts, solution.h, out=work)  # f >= 2, so never 0 * inf
+        key[full] = np.inf  # not eligible
+        return key
+
+    # Partitioned in place and computed again: cheaper than a fresh copy of B floats.
+    key = keys()
+    key.partition(short - 1)
+    cut = key[short - 1]
+    key = keys()
+    below = key < cut
     missing = short - int(np.count_nonzero(below))
+    counts += below
     if missing:
         # Equal keys: lowest index first. A cut at inf is shared by p = 1 prompts (eligible)
         # and the prompts at hi (not eligible).
-        tie = order_key == cut
-        if np.isinf(cut):
-            tie &= ~full
+        tie = key == cut
+        tie[full] = False
         counts[np.flatnonzero(tie)[:missing]] += 1
     return counts
 
 
-def round_exact(h, solution: Solution, budget, lo, hi) -> np.ndarray:
+def round_exact(solution: Solution, budget: int, lo: int, hi: int) -> np.ndarray:
     """Integer water-filling: raise, one rollout at a time, the prompt whose fidelity is lowest
     (ties: fewest rollouts, then lowest index). For 0 < p < 1 the result is the lexicographically
     max-min integer allocation; p = 0 and p = 1 follow the waterline's limits.
@@ -172,73 +239,66 @@ def round_exact(h, solution: Solution, budget, lo, hi) -> np.ndarray:
     The continuous solutions at budgets M and M - B bracket the R-th key, which is then selected in
     O(B) among fewer than 2B candidate keys.
     """
-    if solution.interior is None:
+    if not solution.interior:
         # Outside the interior phase the continuous counts are integers, except where several
         # p = 0 (or p = 1) prompts share a remainder evenly: the first of them get one more.
         counts = np.floor(solution.counts + 1e-9).astype(np.int64)
         rest = budget - int(counts.sum())
         counts[np.flatnonzero(solution.counts - counts > 1e-9)[:rest]] += 1
         return counts
-    interior = solution.interior
-    size = interior.size
-    wanted = solution.inner_budget - size * lo  # increments to hand out over the interior
-    t_low = interior.level(solution.inner_budget - size)
-    # Keys are m * h_q for m = n - 1 in [lo - 1, hi - 2]. Those with m * h_q < t_low are taken
-    # and those >= lam are not, so only m in [ceil(t_low / h), ceil(lam / h)) are candidates. A
-    # float error could only matter when the R-th key lies within rounding of t_low or lam; then
-    # the bracket is widened by one key on each side. p = 0 (h = 0) lands at hi and p = 1
-    # (h = inf) at lo through the same formulas, with no candidates.
-    for margin in (0, 1):
-        picked = pick_keys(h, t_low, solution.lam, wanted, lo, hi, margin)
+    wanted = solution.inner_budget - solution.n_inner * lo  # increments over the interior
+    t_low = solution.t_low
+    # Keys m h_q (m = n - 1) below t_low are surely taken and keys at or above lam surely not.
+    # Float error matters only when a key lies within rounding of t_low or lam; the selection
+    # checks itself, and a failed check widens the bracket by `margin` keys on each side.
+    # The last bracket makes every interior key a candidate, where the check cannot fail.
+    tries = [(t_low, solution.lam_scaled, 0), (t_low, solution.lam_scaled, 1),
+             (t_low, solution.lam_scaled, 8), (math.ulp(0.0), np.finfo(float).max, 0)]
+    for low, high, margin in tries:
+        picked = pick_keys(solution.h, low, high, wanted, lo, hi, margin)
         if picked is not None:
             return picked + lo
-    raise RuntimeError("integer water-filling lost its bracket; please report this input")
+    raise AssertionError("integer water-filling failed with every key a candidate")
 
 
-def _bracket(h, t, lo, hi, shift):
-    """clip(ceil(t / h) + shift, lo - 1, hi - 1) as floats; t > 0, so t / 0 = inf, never NaN."""
-    with np.errstate(divide="ignore"):
-        out = np.divide(t, h)
+def _bracket(h, t, lo, hi, offset):
+    """clip(ceil(t / h) + offset, lo - 1, hi - 1): the first key index m with m h >= t."""
+    with np.errstate(divide="ignore", over="ignore"):
+        out = np.divide(t, h)  # t > 0: t / 0 = inf puts a p = 0 prompt's keys all below t
     np.ceil(out, out=out)
-    out += shift
+    out += offset
     return np.clip(out, lo - 1, hi - 1, out=out)
 
 
 def pick_keys(h, t_low, lam, wanted, lo, hi, margin):
-    """Increments per prompt when the `wanted` smallest keys m * h_q are taken, or None when the
-    bracket [t_low, lam) with this margin does not provably hold the wanted-th key."""
+    """Increments per prompt when the `wanted` smallest interior keys are taken, or None when the
+    bracket [t_low, lam) widened by `margin` keys does not provably hold the wanted-th key.
+
+    Prompt q's keys m h_q with m < first_q are taken, those with m >= last_q are not, and the rest
+    are candidates. The choice is proved right when every taken non-candidate key lies below the
+    cut and every other non-candidate key above it, so no tie can involve them.
+    """
     first = _bracket(h, t_low, lo, hi, -margin)
     last = _bracket(h, lam, lo, hi, margin)
-    taken = first - (lo - 1)
+    taken = (first - (lo - 1)).astype(np.int64)
     need = wanted + int((h == 0).sum()) * (hi - lo) - int(taken.sum())
-    sizes = last - first
-    # Candidates come in layers: layer j holds the (j+1)-th candidate of each prompt that has one.
-    layers, idx, j = [], np.flatnonzero(sizes > 0), 0
-    while idx.size:
-        layers.append(idx)
-        j += 1
-        idx = idx[sizes[idx] > j]
-    if not layers:
-        return taken.astype(np.int64) if need == 0 else None
-    owner = np.concatenate(layers)
-    m = first[owner] + np.repeat(np.arange(len(layers), dtype=float), [x.size for x in layers])
+    sizes = (last - first).astype(np.int64)
+    owner = np.repeat(np.arange(h.size), sizes)
+    m = first[owner] + (np.arange(owner.size) - np.repeat(np.cumsum(sizes) - sizes, sizes))
     keys = m * h[owner]
     if not 0 <= need <= keys.size:
         return None
+    with np.errstate(invalid="ignore"):  # 0 * inf where a p = 1 prompt has no keys
+        top_taken = np.max(np.where(first > lo - 1, (first - 1) * h, -np.inf))
+        low_left = np.min(np.where(last < hi - 1, last * h, np.inf))
     if need == 0:
-        return taken.astype(np.int64)
+        return taken if top_taken < min(low_left, keys.min(initial=np.inf)) else None
     cut = np.partition(keys, need - 1)[need - 1]
-    if margin == 0 and not t_low * (1 + 1e-12) < cut < lam * (1 - 1e-12):
+    if not top_taken < cut < low_left:
         return None
     chosen = keys < cut
     tie = np.flatnonzero(keys == cut)
     # Equal fidelity: fewest rollouts first (smaller m), then the lower index.
     tie = tie[np.lexsort((owner[tie], m[tie]))][: need - int(chosen.sum())]
     chosen[tie] = True
-    # A prompt's keys grow with m, so its chosen candidates are a prefix: count them per layer.
-    start = 0
-    for layer in layers:
-        stop = start + layer.size
-        taken[layer[chosen[start:stop]]] += 1
-        start = stop
-    return taken.astype(np.int64)
+    return taken + np.bincount(owner[chosen], minlength=h.size)
