@@ -7,7 +7,7 @@ TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 PROFILE ?= fast
 
-.PHONY: test figures lint bench install clean
+.PHONY: test test-fast figures lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -27,6 +27,16 @@ lint: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# The edit loop: everything but the notebook executions (about a minute).
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m "not slow"
+
+# Remove outputs and editor metadata that JupyterLab saves into notebooks/ (the tests require
+# clean notebooks).
+clean-notebooks: $(STAMP)
+	$(BIN)/python -m sera.notebooks --strip
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/allocation_speed.py

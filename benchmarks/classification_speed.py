@@ -5,7 +5,7 @@
 2. The collapsed loss against the naive replicated computation (every response's image through
    the model) at N0 = 128, forward and backward: limit 1/20 of the time.
 
-Usage: python benchmarks/classification_speed.py [--steps 40] [--method sera]
+Usage: python benchmarks/classification_speed.py [--steps 40] [--method sera-oracle]
 """
 
 import argparse
@@ -14,49 +14,54 @@ import time
 import numpy as np
 import torch
 
+from sera.estimators import maxrl_advantages
+from sera.tasks.classification import fetch
 from sera.trainers import classification as trainer
-from sera.trainers import rollouts
+from sera.trainers import loop, rollouts
 
 
 def step_time(method: str, n0: int, steps: int) -> float:
     config = trainer.ClassificationConfig(method=method, n0=n0, steps=steps, progress=False,
                                           cosine_every=10**9, out="/tmp/unused")
-    run = trainer._Run(config)
+    study = trainer.ClassificationStudy(config)
+    run = loop.Run(study)
     run.step = 1  # skip the gradient-cosine measurement at step 0; time training alone
+    ids = np.arange(config.batch_size)
     for _ in range(3):  # warm up
-        trainer.train_step(run)
+        study.step(run, ids, run.planner(ids))
     times = []
     for _ in range(steps):
         start = time.perf_counter()
-        trainer.train_step(run)
+        study.step(run, ids, run.planner(ids))
         times.append(time.perf_counter() - start)
     return float(np.median(times))
 
 
 def loss_times(n0: int, repeats: int) -> tuple[float, float]:
     config = trainer.ClassificationConfig(method="maxrl", n0=n0, progress=False, out="/tmp/x")
-    run = trainer._Run(config)
+    study = trainer.ClassificationStudy(config)
+    model, generator = study.model, study.generator
     ids = np.arange(config.batch_size)
-    images, targets = trainer.fetch(run.data.train, ids)
+    images, targets = fetch(study.data.train, ids)
     counts = np.full(ids.size, n0)
+    budget = int(counts.sum())
     weights = torch.ones(ids.size, dtype=torch.float64)
-    params = list(run.model.parameters())
+    params = list(model.parameters())
 
     def collapsed():
-        log_probs = torch.log_softmax(run.model(images), -1)
-        rows, labels = rollouts.sample_labels(log_probs.detach().exp(), counts, run.generator)
-        _, values = rollouts.advantages("maxrl", rows, labels, targets, counts)
+        log_probs = torch.log_softmax(model(images), -1)
+        rows, labels = rollouts.sample_labels(log_probs.detach().exp(), counts, generator)
+        _, values = rollouts.advantages(maxrl_advantages, rows, labels, targets, counts)
         per_class = rollouts.class_weights(rows, labels, values, ids.size, 10)
-        loss = rollouts.collapsed_loss(log_probs, per_class, weights, config.budget)
+        loss = rollouts.collapsed_loss(log_probs, per_class, weights, budget)
         torch.autograd.grad(loss, params)
 
     def naive():
         with torch.no_grad():
-            probs = torch.softmax(run.model(images), -1)
-        rows, labels = rollouts.sample_labels(probs, counts, run.generator)
-        _, values = rollouts.advantages("maxrl", rows, labels, targets, counts)
-        loss = rollouts.replicated_loss(run.model, images, rows, labels, values, weights,
-                                        config.budget)
+            probs = torch.softmax(model(images), -1)
+        rows, labels = rollouts.sample_labels(probs, counts, generator)
+        _, values = rollouts.advantages(maxrl_advantages, rows, labels, targets, counts)
+        loss = rollouts.replicated_loss(model, images, rows, labels, values, weights, budget)
         torch.autograd.grad(loss, params)
 
     best = {}
@@ -76,7 +81,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--method", default="sera")
+    parser.add_argument("--method", default="sera-oracle")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())

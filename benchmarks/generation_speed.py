@@ -10,7 +10,8 @@ import time
 
 import torch
 
-from sera.trainers import maze as maze_trainer
+from sera import models
+from sera.tasks.maze import VOCAB, MazeTask
 from sera.trainers.engines import Sampling, SingleRolloutEngine, TransformersEngine
 
 
@@ -21,11 +22,12 @@ def main():
     parser.add_argument("--n0", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     args = parser.parse_args()
-    config = maze_trainer.MazeConfig(n_train=args.prompts, n_val=4)
-    task = maze_trainer.MazeTask(config)
+    task = MazeTask(9, args.prompts, 4)
     torch.manual_seed(0)
-    model = maze_trainer.build_model(config, len(task.train_prompts[0]) + args.max_new_tokens + 8)
-    sampling = Sampling(args.max_new_tokens, 1.0, task.stop_token_id, task.pad_token_id)
+    model = models.decoder(len(VOCAB), 64, 2, 4, 2,
+                           len(task.train_prompts[0]) + args.max_new_tokens + 8)
+    sampling = Sampling(args.max_new_tokens, stop_token_id=task.stop_token_id,
+                        pad_token_id=task.pad_token_id)
     prompts = task.train_prompts[:args.prompts]
     counts = [args.n0] * len(prompts)
     results = {}

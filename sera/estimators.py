@@ -157,8 +157,17 @@ def aggregate(token_losses, mask, mode: str = "token-mean", max_len: int | None 
     if tuple(token_losses.shape) != tuple(mask.shape) or token_losses.ndim != 2:
         raise ValueError(f"token_losses and mask must both be (responses, tokens); got shapes "
                          f"{tuple(token_losses.shape)} and {tuple(mask.shape)}")
-    mask = mask.to(token_losses.dtype) if _checks.is_torch(mask) else np.asarray(mask, dtype=float)
-    summed = (token_losses * mask).sum()
+    # Select the response tokens rather than multiply by the mask: a NaN or infinity at a padded
+    # position (say a log-prob of -inf) must not reach the sum.
+    if _checks.is_torch(token_losses):
+        import torch
+
+        mask = mask.to(token_losses.dtype) if _checks.is_torch(mask) else torch.as_tensor(
+            np.asarray(mask, dtype=float), dtype=token_losses.dtype, device=token_losses.device)
+        summed = torch.where(mask > 0, token_losses, torch.zeros_like(token_losses)).sum()
+    else:
+        mask = np.asarray(mask, dtype=float)
+        summed = np.where(mask > 0, token_losses, 0.0).sum()
     if mode == "seqnorm" and max_len is None:
         raise ValueError("seqnorm needs max_len, the fixed maximum response length")
     if total is None:

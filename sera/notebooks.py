@@ -1,6 +1,7 @@
 """Run the notebooks in order with papermill and regenerate every figure: `make figures`.
 
-    python -m sera.notebooks [--profile fast|paper] [--only 02] [--figures DIR]
+    python -m sera.notebooks [--profile fast|long] [--only 02] [--figures DIR]
+    python -m sera.notebooks --strip      # remove outputs before committing (make clean-notebooks)
 
 Executed copies go to build/notebooks/ (outside git); figures go to figures/. Each notebook
 declares the figures it writes in its metadata (metadata.sera.figures: name and the
@@ -61,6 +62,27 @@ def run_notebook(path: Path, profile: str = "fast", figures: Path | None = None,
     return time.perf_counter() - start
 
 
+# What a stored notebook may keep: outputs, execution counts and editor metadata go.
+KEPT_NOTEBOOK_METADATA = {"kernelspec", "language_info", "sera"}
+KEPT_CELL_METADATA = {"tags"}
+
+
+def strip(path: Path) -> bool:
+    """Remove outputs, execution counts and machine-specific metadata in place (what JupyterLab
+    saves while a notebook is used); True when the file changed."""
+    before = path.read_text()
+    nb = nbformat.reads(before, as_version=4)
+    nb.metadata = {k: v for k, v in nb.metadata.items() if k in KEPT_NOTEBOOK_METADATA}
+    for cell in nb.cells:
+        cell.metadata = {k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA}
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    after = nbformat.writes(nb) + "\n"
+    if after != before:
+        path.write_text(after)
+    return after != before
+
+
 def gallery(folder: Path | None = None) -> str:
     """The README's figure table, built from the notebooks' metadata and the plotting module."""
     import sera.plotting
@@ -80,14 +102,23 @@ def gallery(folder: Path | None = None) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", choices=["fast", "paper"], default="fast")
+    parser.add_argument("--profile", choices=["fast", "long"], default="fast",
+                        help="fast: minutes on a CPU; long: more steps, seeds and draws")
     parser.add_argument("--only", default="", help="run notebooks whose name contains this")
     parser.add_argument("--figures", type=Path, default=ROOT / "figures")
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "notebooks")
     parser.add_argument("--gallery", action="store_true", help="print the README figure table")
+    parser.add_argument("--strip", action="store_true",
+                        help="remove outputs and editor metadata from notebooks/ (no run)")
     args = parser.parse_args(argv)
     if args.gallery:
         print(gallery())
+        return 0
+    if args.strip:
+        changed = [p.name for p in ROOT.joinpath("notebooks").rglob("*.ipynb")
+                   if ".ipynb_checkpoints" not in p.parts and strip(p)]
+        print(f"stripped {len(changed)} notebook(s)" + (f": {', '.join(changed)}" if changed
+                                                        else ""))
         return 0
     selected = [p for p in notebooks() if args.only in p.name]
     if not selected:

@@ -1,10 +1,9 @@
-"""kappa, U and the log-success series against closed forms, numpy and torch alike."""
+"""kappa, U and the log-success series against closed forms (numpy; torch: test_torch_paths)."""
 
 import math
 
 import numpy as np
 import pytest
-import torch
 
 import sera
 
@@ -21,16 +20,6 @@ def test_kappa_closed_form_and_edges():
 def test_kappa_is_accurate_for_tiny_p():
     # 1 - (1-p)**(n-1) loses every digit at p = 1e-17; the expm1 form does not.
     assert sera.kappa(1e-17, 3) == pytest.approx(2e-17, rel=1e-12)
-
-
-def test_torch_in_torch_out():
-    p = torch.tensor([0.1, 0.5], dtype=torch.float64)
-    out = sera.kappa(p, torch.tensor([2, 8]))
-    assert isinstance(out, torch.Tensor)
-    np.testing.assert_allclose(out.numpy(), sera.kappa(p.numpy(), np.array([2, 8])))
-    u = sera.mixed_probability(p, 4)
-    assert isinstance(u, torch.Tensor)
-    np.testing.assert_allclose(u.numpy(), 1 - p.numpy() ** 4 - (1 - p.numpy()) ** 4)
 
 
 def test_mixed_probability_closed_form():

@@ -7,7 +7,7 @@ import sera
 
 
 def test_estimates_are_frozen_until_the_epoch_ends():
-    history = sera.SuccessHistory(3, gamma=0.5, alpha=1.0, beta=1.0)
+    history = sera.SuccessHistory(3, gamma=0.5, alpha=1.0, beta=1.0, rule="counts")
     p_hat, available = history.estimate()
     np.testing.assert_allclose(p_hat, 0.5)
     assert not available.any()
@@ -33,6 +33,32 @@ def test_plan_falls_back_to_uniform_until_every_prompt_is_seen():
     plan = history.plan([0, 1, 2], 24, n_max=16)
     assert not plan.fallback and plan.method == "paper"
     assert plan.counts[1] > plan.counts[0]  # the prompt that failed gets more rollouts
+
+
+def test_rate_rule_gives_every_epoch_the_same_weight():
+    history = sera.SuccessHistory(2, gamma=0.5, rule="rate", weight=4.0)
+    history.record_groups([0, 1], [2, 30], [2, 60])  # rates 1 and 0.5
+    history.end_epoch()
+    # s = 4 * rate, f = 4 * (1 - rate), whatever the number of rollouts
+    np.testing.assert_allclose(history.estimate()[0], [(4 + 1) / (4 + 2), (2 + 1) / (4 + 2)])
+    history.record_groups([0], [0], [2])  # prompt 1 unseen this epoch: only discounted
+    history.end_epoch()
+    np.testing.assert_allclose(history.estimate()[0],
+                               [(2 + 0 + 1) / (2 + 4 + 2), (1 + 1) / (1 + 1 + 2)])
+
+
+def test_record_groups_equals_record_per_response():
+    a, b = sera.SuccessHistory(3, rule="counts"), sera.SuccessHistory(3, rule="counts")
+    a.record([0, 0, 0, 2, 2], [1, 0, 1, 0, 0])
+    b.record_groups([0, 2, 1], [2, 0, 0], [3, 2, 0])
+    a.end_epoch()
+    b.end_epoch()
+    np.testing.assert_allclose(a.estimate()[0], b.estimate()[0])
+    np.testing.assert_array_equal(a.estimate()[1], b.estimate()[1])
+    with pytest.raises(ValueError, match=r"successes must lie in \[0, trials\]"):
+        b.record_groups([0], [3], [2])
+    with pytest.raises(ValueError, match="rule must be one of"):
+        sera.SuccessHistory(3, rule="mean")
 
 
 def test_state_round_trip():

@@ -7,9 +7,11 @@ import pandas as pd
 import pytest
 import torch
 
+from sera import models
 from sera.tasks import maze
 from sera.trainers import maze as maze_trainer
 from sera.trainers import sequence
+from sera.trainers.engines import Sampling, TransformersEngine
 
 
 def test_generator_is_deterministic_and_a_perfect_maze():
@@ -87,10 +89,13 @@ def test_tokenizer_round_trip(tmp_path):
     assert loaded(text)["input_ids"] == ids
 
 
+def _small_decoder():
+    return models.decoder(len(maze.VOCAB), 16, 1, 2, 1, 64)
+
+
 def test_loss_equals_a_hand_computation():
     torch.manual_seed(0)
-    config = maze_trainer.MazeConfig(width=16, layers=1, heads=2, kv_heads=1)
-    model = maze_trainer.build_model(config, 64).double()
+    model = _small_decoder().double()
     prompts = [[4, 10, 6], [4, 11, 11, 6]]
     responses = [[12, 16], [13, 14, 16]]  # moves and DONE
     advantages = np.array([1.5, -0.5])
@@ -113,43 +118,88 @@ def test_loss_equals_a_hand_computation():
             assert torch.allclose(g, p.grad, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 1.3])
+def test_loss_log_probs_are_the_samplers(temperature):
+    # generate's scores are the logits after its temperature warper: their log-softmax is the
+    # distribution each token was drawn from, which the loss must differentiate.
+    torch.manual_seed(1)
+    model = _small_decoder().eval()
+    prompt = [4, 10, 6, 11]
+    out = model.generate(input_ids=torch.tensor([prompt] * 3), do_sample=True,
+                         temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=6,
+                         output_scores=True, return_dict_in_generate=True, pad_token_id=0,
+                         eos_token_id=None)
+    responses = out.sequences[:, len(prompt):].tolist()
+    sampler = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1)
+    sampled = sampler.gather(2, out.sequences[:, len(prompt):, None])[..., 0]
+    chosen, mask, _ = sequence.token_logprobs(model, [prompt] * 3, responses, temperature)
+    ours = chosen[:, len(prompt) - 1:]
+    assert mask[:, len(prompt) - 1:].all()
+    torch.testing.assert_close(ours, sampled, rtol=1e-5, atol=1e-5)
+
+
+def test_engine_honours_the_counts_and_the_seed():
+    torch.manual_seed(0)
+    model = _small_decoder()
+    engine = TransformersEngine(model, chunk=4)
+    sampling = Sampling(max_new_tokens=5, stop_token_id=20, pad_token_id=0)
+    prompts = [[4, 10, 6], [4, 11, 11, 6], [4, 7]]
+    first = engine.generate(prompts, [3, 0, 5], sampling, seed=7)
+    assert len(first) == 8 and all(1 <= len(r) <= 5 for r in first)
+    assert engine.generate(prompts, [3, 0, 5], sampling, seed=7) == first
+
+
 def _tiny(tmp_path, **changes):
-    task = maze_trainer.MazeConfig(size=7, n_train=40, n_val=8, width=16, layers=1, heads=2,
-                                   kv_heads=1, warmup_steps=3, warmup_batch=8,
-                                   warmup_dir=str(tmp_path / "warmup"))
-    rl = sequence.RLConfig(steps=3, batch_size=4, n0=4, eval_every=2, eval_samples=4,
-                           val_k=(1, 4), final_samples=8, max_new_tokens=12,
-                           checkpoint_every=1, progress=False, out=str(tmp_path / "run"))
-    return task, dataclasses.replace(rl, **changes)
+    config = maze_trainer.MazeConfig(
+        size=7, n_train=16, n_val=8, width=16, layers=1, heads=2, kv_heads=1, warmup_steps=3,
+        warmup_batch=8, warmup_dir=str(tmp_path / "warmup"), steps=3, batch_size=4, n0=4,
+        eval_every=2, eval_samples=4, val_k=(1, 4), final_samples=8, max_new_tokens=12,
+        checkpoint_every=1, progress=False, min_allocated_share=0.0, out=str(tmp_path / "run"))
+    return dataclasses.replace(config, **changes)
 
 
 @pytest.mark.parametrize("method, agg", [("maxrl", "token-mean"), ("sera", "seqnorm"),
-                                         ("grpo", "token-mean")])
+                                         ("grpo", "token-mean"), ("rloo", "seqnorm")])
 def test_every_method_runs_on_a_tiny_budget(method, agg, tmp_path):
-    task, rl = _tiny(tmp_path, method=method, agg=agg)
-    table = maze_trainer.train(task, rl)
+    results = maze_trainer.train(_tiny(tmp_path, method=method, agg=agg))
     saved = pd.read_csv(tmp_path / "run" / "metrics.csv")
-    assert list(saved.columns) == ["step", "method", "seed", "n0", "metric", "value"]
-    assert {"train_reward", "token_entropy", "grad_norm", "val_pass@1", "pass@8"} <= set(
-        table["metric"])
-    counts = pd.read_csv(tmp_path / "run" / "final_counts.csv")
-    assert len(counts) == 8 and (counts["correct"] <= 8).all()
+    assert set(saved["agg"]) == {agg} and set(saved["method"]) == {method}
+    assert {"train_reward", "token_entropy", "grad_norm", "val_pass", "pass"} <= set(
+        results.metrics["metric"])
+    final = pd.read_csv(tmp_path / "run" / "final.csv")
+    assert len(final) == 8 and (final["correct"] <= 8).all() and set(final["agg"]) == {agg}
     assert (tmp_path / "run" / "model" / "config.json").exists()
 
 
+def test_sera_allocates_after_the_first_epoch(tmp_path):
+    # 16 mazes in batches of 4: steps 0-3 are epoch 0 (uniform), steps 4-7 allocate.
+    table = maze_trainer.train(_tiny(tmp_path, method="sera", steps=8)).metrics
+    allocated = table.loc[table["metric"] == "allocated", "value"].tolist()
+    assert allocated == [0.0] * 4 + [1.0] * 4
+
+
+def test_a_run_that_never_allocates_fails_loudly(tmp_path):
+    from sera.trainers.loop import DegenerateRunError
+
+    with pytest.raises(DegenerateRunError, match="allocated from its estimates in 0%"):
+        maze_trainer.train(_tiny(tmp_path, method="sera", min_allocated_share=0.5))
+    assert (tmp_path / "run" / "metrics.csv").exists()  # the tables were saved first
+
+
 def test_killed_run_resumes_to_the_same_table(tmp_path):
-    task, rl = _tiny(tmp_path, method="sera", steps=4)
-    whole = maze_trainer.train(task, dataclasses.replace(rl, out=str(tmp_path / "whole")))
+    config = _tiny(tmp_path, method="sera", steps=6)
+    whole = maze_trainer.train(dataclasses.replace(config, out=str(tmp_path / "whole")))
 
     def kill(run):
-        if run.step == 2:
+        if run.step == 5:
             raise KeyboardInterrupt
 
-    killed = dataclasses.replace(rl, out=str(tmp_path / "killed"))
+    killed = dataclasses.replace(config, out=str(tmp_path / "killed"))
     with pytest.raises(KeyboardInterrupt):
-        maze_trainer.train(task, killed, callback=kill)
-    resumed = maze_trainer.train(task, killed)
-    pd.testing.assert_frame_equal(resumed, whole)
+        maze_trainer.train(killed, callback=kill)
+    resumed = maze_trainer.train(killed)
+    pd.testing.assert_frame_equal(resumed.metrics, whole.metrics)
+    pd.testing.assert_frame_equal(resumed.final, whole.final)
 
 
 def test_command_line(tmp_path):
@@ -161,4 +211,4 @@ def test_command_line(tmp_path):
         "--final-samples", "4", "--max-new-tokens", "8", "--no-progress"])
     assert code == 0
     table = pd.read_csv(tmp_path / "cli" / "metrics.csv")
-    assert set(table["seed"]) == {2} and "pass@4" in set(table["metric"])
+    assert set(table["seed"]) == {2} and 4 in set(table.loc[table["metric"] == "pass", "k"])

@@ -1,5 +1,9 @@
-"""Notebooks: clean in git, executed headless by papermill, every declared figure written."""
+"""Notebooks: clean in git, executed headless by papermill, every declared figure written, and
+the package functions each one lists in its first cell are the ones it uses."""
 
+import ast
+import importlib
+import re
 from pathlib import Path
 
 import nbformat
@@ -9,7 +13,7 @@ from sera import notebooks as runner
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = runner.notebooks(ROOT / "notebooks")
-ALLOWED_NOTEBOOK_METADATA = {"kernelspec", "language_info", "sera"}
+ALLOWED_NOTEBOOK_METADATA = runner.KEPT_NOTEBOOK_METADATA
 
 
 def test_notebooks_exist_in_order():
@@ -41,6 +45,91 @@ def test_notebook_follows_the_opening_cells(path):
     assert "profile = " in cells[2].source and "figures_dir = " in cells[2].source
 
 
+def _aliases(source: str) -> dict:
+    """Names bound to sera modules or objects by an imports cell."""
+    aliases = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for name in node.names:
+                if name.name.split(".")[0] == "sera":
+                    aliases[name.asname or name.name.split(".")[0]] = \
+                        name.name if name.asname else name.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sera"):
+            for name in node.names:
+                aliases[name.asname or name.name] = f"{node.module}.{name.name}"
+    return aliases
+
+
+def _dotted(node):
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return [node.id, *reversed(parts)] if isinstance(node, ast.Name) else None
+
+
+def _resolve(dotted: str):
+    """The object a dotted name refers to, importing modules on the way (None if none)."""
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for part in parts[split:]:
+            obj = getattr(obj, part, None)
+        return obj
+    return None
+
+
+def used_functions(nb) -> set[str]:
+    """Package functions and classes the code cells refer to (called or passed, e.g. to
+    interact), by their full dotted names."""
+    aliases = _aliases(nb.cells[1].source)
+    found = set()
+    for cell in nb.cells[2:]:
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(cell.source)
+        inner = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        for node in ast.walk(tree):
+            if id(node) in inner or not isinstance(node, ast.Attribute | ast.Name):
+                continue
+            chain = _dotted(node)
+            if not chain or chain[0] not in aliases:
+                continue
+            for end in range(len(chain), 0, -1):  # the longest prefix that is a function
+                dotted = ".".join([aliases[chain[0]], *chain[1:end]])
+                obj = _resolve(dotted)
+                if callable(obj) and not isinstance(obj, type(importlib)):
+                    found.add(dotted)
+                    break
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_lists_the_functions_it_uses(path):
+    nb = nbformat.read(path, as_version=4)
+    opening = nb.cells[0].source.split("Module functions used")[1]
+    listed = set(re.findall(r"`(sera\.[\w.]+)`", opening))
+    used = used_functions(nb)
+    assert not used - listed, f"used but not listed: {sorted(used - listed)}"
+    assert not listed - used, f"listed but not used: {sorted(listed - used)}"
+
+
+def test_strip_removes_what_jupyter_saves(tmp_path):
+    path = tmp_path / "n.ipynb"
+    nb = nbformat.read(NOTEBOOKS[0], as_version=4)
+    nb.metadata["widgets"] = {"state": {}}
+    nb.cells[3].outputs = [nbformat.v4.new_output("stream", text="hello")]
+    nb.cells[3].execution_count = 4
+    nb.cells[3].metadata["collapsed"] = True
+    nbformat.write(nb, path)
+    assert runner.strip(path) and not runner.strip(path)
+    assert path.read_text() == NOTEBOOKS[0].read_text()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_and_writes_its_figures(path, tmp_path):
     declared = runner.declared_figures(path)

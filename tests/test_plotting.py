@@ -91,37 +91,50 @@ def test_savefig_rejects_paths_as_names(tmp_path):
         splot.savefig(splot.plot_kappa_curves(), "../escape", tmp_path)
 
 
-def _study_table():
-    rows = []
-    for method in ("ce", "maxrl", "sera", "sera-history"):
+def study_tables():
+    """A small metrics table and final table in the runs' long format."""
+    import pandas as pd
+
+    rows, final = [], []
+    for method, u_min in (("ce", None), ("maxrl", None), ("sera-oracle", None), ("sera", None),
+                          ("sera", 0.5)):
         for seed in (0, 1):
+            keys = {"method": method, "seed": seed, "n0": 4, "agg": "response-mean",
+                    "u_min": u_min}
             for step in range(0, 20, 5):
-                rows.append((step, method, seed, 4, "cosine", 0.5 + 0.01 * step))
-                rows.append((step, method, seed, 4, "val_pass@1", 0.1 + 0.02 * step))
-                rows.append((step, method, seed, 4, "val_pass@128", 0.9))
-                if method == "sera-history":
-                    rows.append((step, method, seed, 4, "history_mae", 0.2))
-                    rows.append((step, method, seed, 4, "history_pearson", 0.7))
+                rows.append({**keys, "step": step, "metric": "cosine", "k": None,
+                             "value": 0.5 + 0.01 * step})
+                for k in (1, 128):
+                    rows.append({**keys, "step": step, "metric": "val_pass", "k": k,
+                                 "value": 0.1 + 0.02 * step})
+                if method == "sera":
+                    for name, value in (("history_mae", 0.2), ("history_pearson", -0.1),
+                                        ("ideal_mae", 0.1), ("ideal_pearson", 0.9)):
+                        rows.append({**keys, "step": step, "metric": name, "k": None,
+                                     "value": value})
             for k in (1, 2, 4, 128):
-                rows.append((20, method, seed, 4, f"pass@{k}", 1 - 0.5**k))
+                rows.append({**keys, "step": 20, "metric": "pass", "k": k,
+                             "value": 1 - 0.5**k})
+            final += [{**keys, "prompt": q, "p": p} for q, p in enumerate((0.2, 0.5, 0.9))]
+    return pd.DataFrame(rows), pd.DataFrame(final)
+
+
+def test_study_figures_draw_from_the_long_tables():
     import pandas as pd
 
-    return pd.DataFrame(rows, columns=["step", "method", "seed", "n0", "metric", "value"])
+    import sera.results
 
-
-def test_study_figures_draw_from_a_table():
-    import pandas as pd
-
-    table = _study_table()
-    assert len(splot.plot_cosine_over_training(table).axes) == 1
-    assert len(splot.plot_validation_over_training(table, ks=(1, 128)).axes) == 2
-    assert len(splot.plot_passk_profile(table).axes) == 1
+    metrics, final = study_tables()
+    assert len(splot.plot_cosine_over_training(metrics).axes) == 1
+    fig = splot.plot_validation_over_training(metrics, ks=(1, 128))
+    assert len(fig.axes) == 2
+    labels = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {"ce", "maxrl", "sera", "sera-oracle", "sera (u_min 0.5)"} <= labels
+    assert len(splot.plot_passk_profile(sera.results.passk_profile(final)).axes) == 1
     snapshot = pd.DataFrame({"p_hat": [0.2, 0.5, 0.9], "p_exact": [0.1, 0.6, 0.95],
                              "available": [True, True, True]})
-    assert len(splot.plot_history_estimates(snapshot, table).axes) == 2
-    summary = sera.analysis.summarize_study(table)
-    assert set(summary["method"]) == {"ce", "maxrl", "sera", "sera-history"}
-    assert summary.loc[summary["method"] == "sera", "pass@128 mean"].iloc[0] == 1 - 0.5**128
+    fig = splot.plot_history_estimates(snapshot, metrics)
+    assert len(fig.axes) == 2 and fig.axes[1].get_ylim()[0] < -0.1  # Pearson below 0 shows
 
 
 def test_maze_figures_draw():
@@ -136,11 +149,12 @@ def test_maze_figures_draw():
     rows = []
     for method, agg in (("maxrl", "token-mean"), ("sera", "seqnorm")):
         for step in range(0, 10, 5):
-            for metric in ("val_pass@1", "val_pass@16", "train_reward", "mixed_groups",
-                           "token_entropy", "response_length", "grad_norm",
-                           "allocation_spread"):
-                rows.append((step, method, 0, 8, metric, 0.3, agg))
-    table = pd.DataFrame(rows, columns=["step", "method", "seed", "n0", "metric", "value",
+            for k in (1, 16):
+                rows.append((step, method, 0, 8, "val_pass", k, 0.3, agg))
+            for metric in ("train_reward", "mixed_groups", "token_entropy", "response_length",
+                           "grad_norm", "allocation_spread"):
+                rows.append((step, method, 0, 8, metric, None, 0.3, agg))
+    table = pd.DataFrame(rows, columns=["step", "method", "seed", "n0", "metric", "k", "value",
                                         "agg"])
     assert len(splot.plot_maze_validation(table).axes) == 2
     assert len(splot.plot_training_diagnostics(table).axes) == 6
@@ -154,14 +168,3 @@ def test_maze_figures_draw():
     assert isinstance(splot.plot_allocation_vs_estimate(allocations, 8), Figure)
 
 
-def test_passk_profile_and_paired_gain():
-    import pandas as pd
-
-    a = pd.DataFrame({"n": [8] * 50, "correct": np.arange(50) % 9})
-    b = pd.DataFrame({"n": [8] * 50, "correct": np.maximum(np.arange(50) % 9 - 1, 0)})
-    profile = sera.analysis.passk_profile({"a": a, "b": b})
-    assert set(profile["k"]) == {1, 2, 4, 8}
-    gain = sera.analysis.paired_gain(a, b, n_resamples=2000)
-    one = gain.set_index("k").loc[1]
-    assert one["gain"] == pytest.approx((a["correct"] - b["correct"]).mean() / 8)
-    assert one["low"] > 0  # a beats b on every question that b does not already max out

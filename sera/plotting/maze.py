@@ -60,12 +60,13 @@ def _runs(table: pd.DataFrame):
 
 
 @styled
-def plot_maze_validation(table: pd.DataFrame, ks=(1, 16)):
-    """Validation Pass@K on held-out mazes along RL training, per method (colour) and loss
-    aggregation (solid token-mean, dashed seqnorm). `table` needs an agg column."""
+def plot_maze_validation(metrics: pd.DataFrame, ks=(1, 16)):
+    """Validation Pass@K on held-out mazes along RL training (mean over seeds), per method
+    (colour) and loss aggregation (solid token-mean, dashed seqnorm)."""
     fig, axes = new_figure(ncols=len(ks), width=3.7, height=3.0, squeeze=False)
     for ax, k in zip(axes[0], ks, strict=True):
-        for (method, agg), rows in _runs(table[table["metric"] == f"val_pass@{k}"]):
+        rows_k = metrics[(metrics["metric"] == "val_pass") & (metrics["k"] == k)]
+        for (method, agg), rows in _runs(rows_k):
             series = rows.groupby("step")["value"].mean()
             ax.plot(series.index, series.values, color=COLORS.get(method, "#7f7f7f"),
                     ls=AGG_STYLE.get(agg, "-"), marker="o", ms=3, label=f"{method} {agg}")
@@ -77,13 +78,14 @@ def plot_maze_validation(table: pd.DataFrame, ks=(1, 16)):
 
 @styled
 def plot_maze_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = None):
-    """Final Pass@K against K per run (left) and, when given, SERA - MaxRL per aggregation with
-    paired-bootstrap 95% intervals (right). profile: run label, method, agg, k, pass@k;
-    gains: agg, k, gain, low, high."""
+    """Final Pass@K against K per method and aggregation, mean over seeds (left) and, when
+    given, SERA - MaxRL per aggregation with paired-bootstrap 95% intervals over mazes and seeds
+    (right). profile: sera.results.passk_profile; gains: sera.results.paired_gain."""
     fig, axes = new_figure(ncols=2 if gains is not None else 1, width=3.7, height=3.1,
                            squeeze=False)
     ax = axes[0][0]
     for (method, agg), rows in profile.groupby(["method", "agg"], sort=False):
+        rows = rows.groupby("k", as_index=False)["pass@k"].mean()
         ax.plot(rows["k"], rows["pass@k"], color=COLORS.get(method, "#7f7f7f"),
                 ls=AGG_STYLE.get(agg, "-"), marker="o", ms=3, label=f"{method} {agg}")
     ax.set(xscale="log", xlabel="K", ylabel="final Pass@K (held-out mazes)")

@@ -1,4 +1,5 @@
-"""Figures of the training studies, drawn from their tidy metrics tables.
+"""Figures of the training studies, drawn from their long tables (every row carries its run's
+keys: method, seed, n0, agg, u_min, ...).
 
 Used by notebooks/04_gradient_cosine_study.ipynb.
 """
@@ -10,98 +11,129 @@ import pandas as pd
 
 from sera.plotting.style import COLORS, new_figure, styled
 
-ORDER = ["ce", "maxrl", "sera", "sera-history", "grpo"]
-LINES = {"sera-history": "--"}
+ORDER = ["ce", "maxrl", "sera-oracle", "sera", "grpo", "rloo"]
+LINES = {"sera": "--"}
 
 
-def _color(method: str) -> str:
+def with_arms(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with an `arm` column (method, plus the safeguard threshold when set)."""
+    if "u_min" not in table.columns:
+        return table.assign(arm=table["method"])
+    u_min = table["u_min"]
+    labels = table["method"].where(u_min.isna(), table["method"] + " (u_min " +
+                                   u_min.astype(str) + ")")
+    return table.assign(arm=labels)
+
+
+def _color(arm_name: str) -> str:
+    method = arm_name.split(" ")[0]
     return COLORS.get(method, COLORS["sera"] if method.startswith("sera") else "#7f7f7f")
 
 
-def _band(ax, table: pd.DataFrame, metric: str, method: str, smooth: int = 1, label=None):
-    """Mean over seeds (line) and min-max over seeds (band) of one metric along training."""
-    rows = table[(table["metric"] == metric) & (table["method"] == method)]
+def _style(arm_name: str) -> dict:
+    method = arm_name.split(" ")[0]
+    dashes = ":" if "u_min" in arm_name else LINES.get(method, "-")
+    return {"color": _color(arm_name), "ls": dashes}
+
+
+def _band(ax, table: pd.DataFrame, arm_name: str, smooth: int = 1):
+    """Mean over seeds (line) and min-max over seeds (band) of one series along training."""
+    rows = table[table["arm"] == arm_name]
     if rows.empty:
         return
     wide = rows.pivot_table(index="step", columns="seed", values="value")
     if smooth > 1:
         wide = wide.rolling(smooth, min_periods=1).mean()
-    color = _color(method)
-    ax.plot(wide.index, wide.mean(axis=1), color=color, ls=LINES.get(method, "-"),
-            label=label or method)
-    ax.fill_between(wide.index, wide.min(axis=1), wide.max(axis=1), color=color, alpha=0.15, lw=0)
+    style = _style(arm_name)
+    ax.plot(wide.index, wide.mean(axis=1), label=arm_name, **style)
+    ax.fill_between(wide.index, wide.min(axis=1), wide.max(axis=1), color=style["color"],
+                    alpha=0.15, lw=0)
 
 
-def _methods(table):
-    present = set(table["method"])
-    return [m for m in ORDER if m in present] + sorted(present - set(ORDER))
+def _arms(table):
+    present = list(dict.fromkeys(table["arm"]))
+    rank = {m: i for i, m in enumerate(ORDER)}
+    return sorted(present, key=lambda a: (rank.get(a.split(" ")[0], len(ORDER)), a))
+
+
+def _budgets(table):
+    return sorted(table.loc[table["method"] != "ce", "n0"].unique())
+
+
+def _legend_below(fig, axes):
+    handles = {}
+    for ax in np.ravel(axes):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, handle)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center",
+               ncols=min(len(handles), 4))
 
 
 @styled
-def plot_cosine_over_training(table: pd.DataFrame, smooth: int = 5):
+def plot_cosine_over_training(metrics: pd.DataFrame, smooth: int = 5):
     """Cosine between the sampled training gradient and the exact likelihood gradient of the
     same batch, along training: mean over seeds and min-max band, one panel per budget N0."""
-    budgets = sorted(table.loc[table["method"] != "ce", "n0"].unique())
+    table = with_arms(metrics[(metrics["metric"] == "cosine") & (metrics["method"] != "ce")])
+    budgets = _budgets(table)
     fig, axes = new_figure(ncols=len(budgets), width=3.8, height=3.1, squeeze=False)
     for ax, n0 in zip(axes[0], budgets, strict=True):
-        subset = table[(table["n0"] == n0) & (table["method"] != "ce")]
-        for method in _methods(subset):
-            _band(ax, subset, "cosine", method, smooth)
+        subset = table[table["n0"] == n0]
+        for name in _arms(subset):
+            _band(ax, subset, name, smooth)
         ax.set(xlabel="step", ylabel="cosine to exact gradient", ylim=(-0.05, 1.0),
                title=f"N0 = {n0} (rolling mean of {smooth})")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
+    _legend_below(fig, axes)
     return fig
 
 
 @styled
-def plot_validation_over_training(table: pd.DataFrame, ks=(1, 128)):
+def plot_validation_over_training(metrics: pd.DataFrame, ks=(1, 128)):
     """Validation Pass@K along training (rows: K; columns: budget N0); CE in every panel."""
-    budgets = sorted(table.loc[table["method"] != "ce", "n0"].unique())
+    table = with_arms(metrics[metrics["metric"] == "val_pass"])
+    budgets = _budgets(table)
     fig, axes = new_figure(ncols=len(budgets), nrows=len(ks), width=3.8, height=2.8,
                            squeeze=False)
     for row, k in enumerate(ks):
         for col, n0 in enumerate(budgets):
             ax = axes[row][col]
-            subset = table[(table["n0"] == n0) | (table["method"] == "ce")]
-            for method in _methods(subset):
-                _band(ax, subset, f"val_pass@{k}", method)
+            subset = table[(table["k"] == k) & ((table["n0"] == n0) | (table["method"] == "ce"))]
+            for name in _arms(subset):
+                _band(ax, subset, name)
             ax.set(xlabel="step", ylabel=f"validation Pass@{k}", title=f"N0 = {n0}")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
+    _legend_below(fig, axes)
     return fig
 
 
 @styled
-def plot_passk_profile(table: pd.DataFrame):
+def plot_passk_profile(profile: pd.DataFrame):
     """Final Pass@K against K (log scale) per method, mean and min-max over seeds, CE as the
-    exact-likelihood reference; one panel per budget N0."""
-    budgets = sorted(table.loc[table["method"] != "ce", "n0"].unique())
+    exact-likelihood reference; one panel per budget N0. profile: sera.results.passk_profile."""
+    table = with_arms(profile)
+    budgets = _budgets(table)
     fig, axes = new_figure(ncols=len(budgets), width=3.8, height=3.1, squeeze=False)
-    final = table[table["metric"].str.match(r"pass@\d+$")].copy()
-    final["k"] = final["metric"].str.slice(5).astype(int)
     for ax, n0 in zip(axes[0], budgets, strict=True):
-        subset = final[(final["n0"] == n0) | (final["method"] == "ce")]
-        for method in _methods(subset):
-            rows = subset[subset["method"] == method]
-            stats = rows.groupby("k")["value"].agg(["mean", "min", "max"])
-            color = _color(method)
-            ax.plot(stats.index, stats["mean"], marker="o", ms=3, color=color,
-                    ls=LINES.get(method, "-"), label=method)
-            ax.fill_between(stats.index, stats["min"], stats["max"], color=color, alpha=0.15,
-                            lw=0)
+        subset = table[(table["n0"] == n0) | (table["method"] == "ce")]
+        for name in _arms(subset):
+            stats = subset[subset["arm"] == name].groupby("k")["pass@k"].agg(
+                ["mean", "min", "max"])
+            style = _style(name)
+            ax.plot(stats.index, stats["mean"], marker="o", ms=3, label=name, **style)
+            ax.fill_between(stats.index, stats["min"], stats["max"], color=style["color"],
+                            alpha=0.15, lw=0)
         ax.set(xscale="log", xlabel="K", ylabel="final Pass@K", title=f"N0 = {n0}")
-        ax.set_xticks([1, 4, 16, 64], labels=["1", "4", "16", "64"])
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
+        ticks = [k for k in (1, 4, 16, 64) if k <= table["k"].max()]
+        ax.set_xticks(ticks, labels=[str(t) for t in ticks])
+        ax.minorticks_off()
+    _legend_below(fig, axes)
     return fig
 
 
 @styled
-def plot_history_estimates(snapshot: pd.DataFrame, table: pd.DataFrame | None = None):
+def plot_history_estimates(snapshot: pd.DataFrame, metrics: pd.DataFrame | None = None):
     """Historical estimates against exact success probabilities (left) and, when the metrics
-    table is given, their MAE and Pearson correlation along training (right)."""
-    fig, axes = new_figure(ncols=2 if table is not None else 1, width=3.6, height=3.2,
+    table is given, their MAE and Pearson correlation along training beside the ideal
+    history-only estimate, the exact p at each prompt's previous visit (right)."""
+    fig, axes = new_figure(ncols=2 if metrics is not None else 1, width=3.6, height=3.2,
                            squeeze=False)
     ax = axes[0][0]
     seen = snapshot[snapshot["available"]]
@@ -111,14 +143,20 @@ def plot_history_estimates(snapshot: pd.DataFrame, table: pd.DataFrame | None = 
     corr = float(np.corrcoef(seen["p_hat"], seen["p_exact"])[0, 1])
     ax.set(xlabel="exact p (final model)", ylabel="historical estimate",
            title=f"MAE {mae:.3f}, Pearson {corr:.3f}", xlim=(0, 1), ylim=(0, 1))
-    if table is not None:
+    if metrics is not None:
         ax = axes[0][1]
-        for metric, color in (("history_mae", COLORS["sera"]), ("history_pearson", "#404040")):
-            rows = table[table["metric"] == metric]
-            wide = rows.pivot_table(index="step", columns=["n0", "seed"], values="value")
-            for column in wide.columns:
-                ax.plot(wide.index, wide[column], color=color, lw=0.6, alpha=0.5)
-            ax.plot([], [], color=color, label=metric.replace("history_", ""))
-        ax.set(xlabel="step", title="estimates along training (per run)", ylim=(0, 1))
-        ax.legend(loc="center right")
+        styles = {"history_mae": (COLORS["sera"], "-"), "ideal_mae": (COLORS["sera"], ":"),
+                  "history_pearson": ("#404040", "-"), "ideal_pearson": ("#404040", ":")}
+        for metric, (color, ls) in styles.items():
+            rows = metrics[metrics["metric"] == metric]
+            if rows.empty:
+                continue
+            series = rows.groupby("step")["value"].mean()
+            ax.plot(series.index, series.values, color=color, ls=ls,
+                    label=metric.replace("_", " "))
+        low = min(0.0, float(metrics.loc[metrics["metric"].str.endswith("pearson"),
+                                         "value"].min()))
+        ax.set(xlabel="step", ylabel="MAE, Pearson (mean over runs)",
+               title="estimates along training", ylim=(low - 0.02, 1.0))
+        ax.legend(loc="lower left", fontsize=7, ncols=2)
     return fig

@@ -2,9 +2,8 @@
 
 Data sources behind one interface (`load_data`): scikit-learn's bundled digits (the default, no
 download), a local CIFAR-10/100 folder in its standard python format, and a torchvision
-ImageFolder tree (how to point the study at a local ImageNet). Models: a small CNN for the CPU and
-torchvision's ResNet-50 from scratch. Used by sera.trainers.classification and
-notebooks/04_gradient_cosine_study.ipynb.
+ImageFolder tree (how to point the study at a local ImageNet). The models live in sera.models.
+Used by sera.trainers.classification and notebooks/04_gradient_cosine_study.ipynb.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 from torch.utils.data import Dataset, TensorDataset
 
 SOURCES = ("digits", "cifar", "imagefolder")
@@ -130,35 +128,6 @@ def _image_folder(root: Path) -> ClassificationData:
     val = datasets.ImageFolder(root / "val", transforms.Compose([
         transforms.Resize(256), transforms.CenterCrop(224), transforms.ToTensor(), normalize]))
     return ClassificationData(train, val, len(train.classes), 3, "imagefolder")
-
-
-class SmallCNN(nn.Module):
-    """Two 3x3 convolutions and a linear head: fast on a CPU for 8x8 or 32x32 images."""
-
-    def __init__(self, n_classes: int, in_channels: int = 1, width: int = 32):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(in_channels, width, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(2), nn.Flatten())
-        self.head = nn.Linear(8 * width, n_classes)
-
-    def forward(self, x):
-        return self.head(self.features(x))
-
-
-def build_model(name: str, data: ClassificationData) -> nn.Module:
-    """'small-cnn', 'resnet50' (torchvision, from scratch) or 'auto' (ResNet-50 for
-    ImageFolder, the small CNN otherwise)."""
-    if name == "auto":
-        name = "resnet50" if data.name == "imagefolder" else "small-cnn"
-    if name == "small-cnn":
-        return SmallCNN(data.n_classes, data.in_channels)
-    if name == "resnet50":
-        from torchvision.models import resnet50
-
-        return resnet50(weights=None, num_classes=data.n_classes)
-    raise ValueError(f"model must be 'auto', 'small-cnn' or 'resnet50', got {name!r}")
 
 
 def fetch(dataset: Dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:

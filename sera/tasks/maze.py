@@ -3,8 +3,9 @@
 Mazes come from randomized Prim on the odd cells of an odd-sized grid, start (1, 1), goal
 (size-2, size-2). A prompt lists the grid row-major as cell tokens with a newline token after each
 row, between grid markers, then a path marker; the answer is a sequence of UP/DOWN/LEFT/RIGHT
-ending with DONE. Any valid path to the goal earns 1. Used by sera.trainers.maze and
-notebooks/05_maze_navigation.ipynb.
+ending with DONE. Any valid path to the goal earns 1. `MazeTask` is what the RL loop needs:
+token-id prompts, the verifier on token ids, reference answers for the warm-up, the stop and pad
+tokens. Used by sera.trainers.maze and notebooks/05_maze_navigation.ipynb.
 """
 
 from __future__ import annotations
@@ -147,3 +148,29 @@ def build_tokenizer(folder: str | Path | None = None):
     if folder is not None:
         tokenizer.save_pretrained(str(folder))
     return tokenizer
+
+
+class MazeTask:
+    """Training and held-out mazes as token-id prompts, with the path verifier."""
+
+    def __init__(self, size: int, n_train: int, n_val: int, seed: int = 0):
+        self.tokenizer = build_tokenizer()
+        self.train_mazes, self.val_mazes = dataset(n_train, n_val, size, seed)
+        encode = self.tokenizer.convert_tokens_to_ids
+        self.train_prompts = [encode(prompt_text(g).split()) for g in self.train_mazes]
+        self.val_prompts = [encode(prompt_text(g).split()) for g in self.val_mazes]
+        self.stop_token_id = encode("DONE")
+        self.pad_token_id = self.tokenizer.pad_token_id
+
+    def reward(self, split: str, index: int, response: list[int]) -> float:
+        grid = (self.train_mazes if split == "train" else self.val_mazes)[index]
+        return reward(grid, [VOCAB[t] for t in response])
+
+    def answers(self, indices) -> list[list[int]]:
+        """Shortest-path answers of training mazes, as token ids."""
+        encode = self.tokenizer.convert_tokens_to_ids
+        return [encode(answer_text(shortest_path(self.train_mazes[i])).split())
+                for i in indices]
+
+    def decode(self, response: list[int]) -> list[str]:
+        return [VOCAB[t] for t in response]

@@ -1,34 +1,50 @@
 """Rollout engines: sample N_q responses for each prompt of a batch.
 
-`TransformersEngine` samples every rollout of the batch in a few batched `generate` calls with a
-KV cache (CPU or GPU). An engine returns token ids per response, grouped by prompt in batch order,
-each ending at the stop token when one was produced. Used by sera.trainers.sequence.
+Every engine follows the `Engine` protocol: `generate(prompts, counts, sampling, seed)` returns
+token ids per response, grouped by prompt in batch order (prompts with count 0 get none), each
+ending at the stop token when one was produced; `sync(model)` brings the engine's weights up to
+date after an optimizer step. `TransformersEngine` samples every rollout of a batch in a few
+batched `generate` calls with a KV cache (CPU or GPU). Used by sera.trainers.sequence.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 
 
-@dataclass
+@dataclass(frozen=True)
 class Sampling:
-    """How to sample: temperature 1 and no truncation keep the rollouts on-policy."""
+    """How to sample. Training keeps temperature at what the loss uses and top_p at 1, so the
+    rollouts are on-policy; evaluation may differ (the paper's Qwen runs: 0.6 and 0.95)."""
 
     max_new_tokens: int
     temperature: float = 1.0
+    top_p: float = 1.0
     stop_token_id: int | None = None
     pad_token_id: int = 0
 
 
+class Engine(Protocol):
+    def generate(self, prompts: list[list[int]], counts, sampling: Sampling,
+                 seed: int) -> list[list[int]]: ...
+
+    def sync(self, model) -> None: ...
+
+
 class TransformersEngine:
-    """Batched sampling with `model.generate` (KV cache), `chunk` sequences per call."""
+    """Batched sampling with `model.generate` (KV cache), `chunk` sequences per call. It samples
+    from the training model itself, so `sync` has nothing to do."""
 
     def __init__(self, model, chunk: int = 512):
         self.model = model
         self.chunk = chunk
+
+    def sync(self, model) -> None:
+        self.model = model
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], counts, sampling: Sampling,
@@ -54,7 +70,7 @@ class TransformersEngine:
         self.model.eval()
         out = self.model.generate(
             input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
-            temperature=sampling.temperature, top_k=0, top_p=1.0,
+            temperature=sampling.temperature, top_k=0, top_p=sampling.top_p,
             max_new_tokens=sampling.max_new_tokens, eos_token_id=sampling.stop_token_id,
             pad_token_id=sampling.pad_token_id)
         self.model.train(was_training)
@@ -78,4 +94,3 @@ class SingleRolloutEngine(TransformersEngine):
             for _ in range(int(n)):
                 out.extend(self._generate([prompt], sampling))
         return out
-

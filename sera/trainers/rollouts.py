@@ -3,18 +3,18 @@
 Responses are kept flat: response j belongs to image rows[j] and sampled labels[j]. A group of N
 labels for one image only enters the loss through how much advantage lands on each class, so the
 N rollouts collapse into per-class weights: one forward and one backward pass serve any N.
-`replicated_loss` is the naive computation it must equal (the tests check it).
+`replicated_loss` is the naive computation with one forward per response; the two are equal for
+any model whose output for an image does not depend on the rest of the batch, which excludes
+batch statistics: BatchNorm in training mode (ResNet-50 while it trains) normalises over the
+batch, and the replicated batch has other statistics. There the collapsed loss is the
+computation the study means (the policy is the classifier of each image, one forward each).
+The tests check the equality for the small CNN and for a BatchNorm model in eval mode.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
-
-from sera.estimators import grpo_advantages, maxrl_advantages
-
-ADVANTAGES = {"maxrl": maxrl_advantages, "sera": maxrl_advantages,
-              "sera-history": maxrl_advantages, "grpo": grpo_advantages}
 
 
 def sample_labels(probs: torch.Tensor, counts, generator: torch.Generator):
@@ -29,13 +29,14 @@ def sample_labels(probs: torch.Tensor, counts, generator: torch.Generator):
     return rows, labels.clamp_(max=probs.shape[1] - 1)
 
 
-def advantages(method: str, rows, labels, targets, counts):
-    """Rewards (label == target) and per-response advantages of `method`, flat."""
+def advantages(advantage, rows, labels, targets, counts):
+    """Rewards (label == target) and per-response advantages from advantage(rewards, sizes=),
+    flat (e.g. sera.maxrl_advantages)."""
     rewards = (labels == targets[rows]).to(torch.float64)
     if rewards.numel() == 0:
         return rewards, rewards.clone()
     sizes = torch.as_tensor(np.asarray(counts), device=rewards.device)
-    return rewards, ADVANTAGES[method](rewards, sizes=sizes[sizes > 0])
+    return rewards, advantage(rewards, sizes=sizes[sizes > 0])
 
 
 def class_weights(rows, labels, values, n_rows: int, n_classes: int) -> torch.Tensor:

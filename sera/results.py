@@ -1,0 +1,202 @@
+"""Tables of the training studies, computed from the long tables every run writes.
+
+A run's rows carry its keys (method, estimates, allocator, seed, n0, agg, u_min); nothing here
+parses a label. Used by notebooks/04_gradient_cosine_study.ipynb and
+notebooks/05_maze_navigation.ipynb.
+
+- `summarize_runs`: one row per run (mean and final cosine, history agreement, allocated share);
+- `summarize`: mean and spread over seeds;
+- `passk_profile`: final Pass@K per run, from each held-out prompt's pool or exact p;
+- `paired_gain`: one method minus another with paired bootstrap intervals over prompts and
+  seeds together;
+- `compare_with_paper`, `direction_table`: our numbers beside the paper's, like with like.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sera.passk import paired_bootstrap, pass_at_k, pass_at_k_analytic
+
+KEYS = ["method", "estimates", "allocator", "seed", "n0", "agg", "u_min"]
+PROFILE_K = tuple(2**i for i in range(16))
+
+
+def keys_of(table: pd.DataFrame) -> list[str]:
+    return [k for k in KEYS if k in table.columns]
+
+
+def _groups(table: pd.DataFrame, keys):
+    return table.groupby(keys, dropna=False, sort=False)
+
+
+def summarize_runs(metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: mean_cosine (all measurements), final_cosine (the last one),
+    expected_cosine (mean), history_mae / history_pearson and ideal_mae / ideal_pearson (means over
+    every measured step), allocated_share, retained (mean), and final Pass@K as pass@K columns."""
+    keys = keys_of(metrics)
+    rows = []
+    for values, run in _groups(metrics, keys):
+        row = dict(zip(keys, values, strict=True))
+        series = {name: group.sort_values("step")["value"] for name, group in
+                  run[run["k"].isna()].groupby("metric")}
+        if "cosine" in series:
+            row["mean_cosine"] = float(series["cosine"].mean())
+            row["final_cosine"] = float(series["cosine"].iloc[-1])
+        for name in ("expected_cosine", "history_mae", "history_pearson", "ideal_mae",
+                     "ideal_pearson", "retained", "mixed_groups"):
+            if name in series:
+                row[name] = float(series[name].mean())
+        if "allocated_share" in series:
+            row["allocated_share"] = float(series["allocated_share"].iloc[-1])
+        final = run[run["metric"] == "pass"]
+        final = final[final["step"] == final["step"].max()]
+        for k, value in zip(final["k"], final["value"], strict=True):
+            row[f"pass@{int(k)}"] = float(value)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summarize(per_run: pd.DataFrame, by=("method", "n0")) -> pd.DataFrame:
+    """Mean and standard deviation over seeds of every numeric column of summarize_runs, with
+    the number of seeds."""
+    by = [c for c in by if c in per_run.columns]
+    values = [c for c in per_run.columns if c not in KEYS]
+    grouped = _groups(per_run, by)
+    table = grouped[values].mean().add_suffix(" mean").join(
+        grouped[values].std(ddof=0).add_suffix(" sd"))
+    table["seeds"] = grouped["seed"].nunique()
+    ordered = [f"{c} {s}" for c in values for s in ("mean", "sd")] + ["seeds"]
+    return table[ordered].reset_index()
+
+
+def per_prompt_pass(final: pd.DataFrame, k: int) -> np.ndarray:
+    """Pass@K of every row of a final table: unbiased from (n, correct), or 1 - (1-p)^K."""
+    if "p" in final.columns:
+        return pass_at_k_analytic(final["p"].to_numpy(), k)
+    return pass_at_k(final["n"].to_numpy(), final["correct"].to_numpy(), k)
+
+
+def _ks(final: pd.DataFrame, ks):
+    if ks is not None:
+        return list(ks)
+    top = int(final["n"].min()) if "n" in final.columns else 128
+    return [k for k in PROFILE_K if k <= top]
+
+
+def passk_profile(final: pd.DataFrame, ks=None) -> pd.DataFrame:
+    """Final Pass@K per run (mean over held-out prompts): the run's keys, k and pass@k."""
+    keys = keys_of(final)
+    rows = []
+    for values, run in _groups(final, keys):
+        for k in _ks(run, ks):
+            rows.append({**dict(zip(keys, values, strict=True)), "k": k,
+                         "pass@k": float(per_prompt_pass(run, k).mean())})
+    return pd.DataFrame(rows)
+
+
+def paired_gain(final: pd.DataFrame, treatment: str = "sera", control: str = "maxrl",
+                by=("agg",), ks=None, n_resamples: int = 10_000, seed: int = 0) -> pd.DataFrame:
+    """Pass@K of `treatment` minus `control` per K (and per `by`), with a paired percentile
+    bootstrap 95% interval. Pairs are (seed, prompt): the two methods' pools of the same seed and
+    held-out prompt; the resampling runs over all pairs of all seeds at once."""
+    by = [c for c in by if c in final.columns]
+    rows = []
+    for values, part in _groups(final, by) if by else [((), final)]:
+        values = values if isinstance(values, tuple) else (values,)
+        a = part[part["method"] == treatment].set_index(["seed", "prompt"]).sort_index()
+        b = part[part["method"] == control].set_index(["seed", "prompt"]).sort_index()
+        common = a.index.intersection(b.index)
+        if common.empty:
+            continue
+        a, b = a.loc[common].reset_index(), b.loc[common].reset_index()
+        for k in _ks(pd.concat([a, b]), ks):
+            diff, low, high = paired_bootstrap(per_prompt_pass(a, k), per_prompt_pass(b, k),
+                                               n_resamples=n_resamples, seed=seed)
+            rows.append({**dict(zip(by, values, strict=True)), "k": k, "gain": diff,
+                         "low": low, "high": high, "pairs": len(common),
+                         "seeds": a["seed"].nunique()})
+    return pd.DataFrame(rows)
+
+
+def compare_with_paper(summary: pd.DataFrame, reference: pd.DataFrame, study: str, n0: int,
+                       label: str) -> pd.DataFrame:
+    """The paper's numbers of `study` beside ours from `summary` (summarize's output) at budget
+    n0, statistic for statistic: a mean with a mean, a final value with a final value."""
+    ours = summary[summary["n0"] == n0].set_index("method")
+    rows = []
+    for _, ref in reference[reference["study"] == study].iterrows():
+        column = ref["metric"] if pd.isna(ref.get("k")) else f"{ref['metric']}@{int(ref['k'])}"
+        value = ours.loc[ref["method"], f"{column} mean"] \
+            if ref["method"] in ours.index and f"{column} mean" in ours.columns else np.nan
+        rows.append({"statistic": column, "method": ref["method"], "paper": ref["value"],
+                     label: value, "what the paper measured": ref["note"]})
+    return pd.DataFrame(rows)
+
+
+def direction_table(summary: pd.DataFrame, treatment: str = "sera-oracle",
+                    control: str = "maxrl", statistics=("mean_cosine", "final_cosine",
+                                                        "pass@1", "pass@128")) -> pd.DataFrame:
+    """Per budget n0: whether `treatment` is above `control` on each statistic (seed means)."""
+    out = {}
+    for n0, part in summary.groupby("n0"):
+        part = part.set_index("method")
+        if treatment not in part.index or control not in part.index:
+            continue
+        out[f"N0={n0}"] = {f"{treatment} {s} above {control}":
+                           bool(part.loc[treatment, f"{s} mean"] > part.loc[control, f"{s} mean"])
+                           for s in statistics if f"{s} mean" in part.columns}
+    return pd.DataFrame(out)
+
+
+def replay_history(allocations: pd.DataFrame, settings: dict) -> pd.DataFrame:
+    """Replay history estimators on the outcomes that runs recorded (their allocations tables,
+    which need p_exact): every estimator sees the same rollouts, so their accuracy is compared
+    on one trajectory. settings maps a name to sera.SuccessHistory keyword arguments.
+
+    One row per run and setting: history_mae and history_pearson, the mean over the steps where
+    every prompt of the batch had an estimate of the per-step MAE and Pearson correlation against
+    the exact p; ideal_mae and ideal_pearson, the same for the exact p at each prompt's previous
+    visit (the best any history-only estimate can do); and the number of steps measured.
+    """
+    from sera.history import SuccessHistory
+
+    keys = keys_of(allocations)
+    rows = []
+    for values, run in _groups(allocations, keys):
+        steps = [part for _, part in run.sort_values(["step", "prompt"]).groupby("step")]
+        n_prompts = int(run["prompt"].max()) + 1
+        for name, options in settings.items():
+            history = SuccessHistory(n_prompts, **options)
+            last = np.full(n_prompts, np.nan)
+            epoch, scores = 0, {"history": [], "ideal": []}
+            for part in steps:
+                for _ in range(int(part["epoch"].iloc[0]) - epoch):
+                    history.end_epoch()
+                epoch = int(part["epoch"].iloc[0])
+                ids = part["prompt"].to_numpy(dtype=np.int64)
+                exact = part["p_exact"].to_numpy(dtype=float)
+                estimate, available = history.estimate(ids)
+                if available.all():
+                    scores["history"].append(_agreement(estimate, exact))
+                if not np.isnan(last[ids]).any():
+                    scores["ideal"].append(_agreement(last[ids], exact))
+                history.record_groups(ids, part["successes"].to_numpy(dtype=float),
+                                      part["rollouts"].to_numpy(dtype=float))
+                last[ids] = exact
+            row = {**dict(zip(keys, values, strict=True)), "estimator": name,
+                   "steps": len(scores["history"])}
+            for source, found in scores.items():
+                found = np.array(found, dtype=float).reshape(-1, 2)
+                row[f"{source}_mae"] = float(np.nanmean(found[:, 0])) if len(found) else np.nan
+                row[f"{source}_pearson"] = float(np.nanmean(found[:, 1])) if len(found) else np.nan
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _agreement(estimate, exact) -> tuple[float, float]:
+    mae = float(np.abs(estimate - exact).mean())
+    if estimate.size < 2 or np.std(estimate) == 0 or np.std(exact) == 0:
+        return mae, np.nan
+    return mae, float(np.corrcoef(estimate, exact)[0, 1])

@@ -1,0 +1,159 @@
+"""Configuration shared by every trainer: the allocator, the run, and named presets.
+
+Each trainer's config is a frozen dataclass that extends RunConfig with its task's fields; the
+command line (sera.trainers.cli) and the notebooks build the same dataclass, and the final config
+is saved beside the results it produced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sera.history import SuccessHistory
+
+
+@dataclass(frozen=True)
+class AllocatorConfig:
+    """How a method that allocates spends the budget B * n0, and where its estimates come from."""
+
+    n_min: int = 2
+    """Fewest rollouts a retained prompt gets (>= 2: one rollout carries no centered signal)."""
+    n_max: int | None = None
+    """Most rollouts a prompt gets; None means n_max_factor * n0."""
+    n_max_factor: int = 8
+    """n_max as a multiple of n0 when n_max is None."""
+    rounding: Literal["paper", "exact"] = "paper"
+    """Integerization of the waterline: the paper's rule or the exact integer max-min."""
+    u_min: float | None = None
+    """Observability safeguard: keep the largest prefix with U(p, N_q) >= u_min; None is off."""
+    history_rule: Literal["rate", "counts"] = "rate"
+    """How an epoch's outcomes enter the historical estimate (see sera.SuccessHistory)."""
+    history_gamma: float = 0.5
+    """Discount per epoch of the historical evidence."""
+    history_weight: float = 16.0
+    """Weight of one epoch's success rate under history_rule 'rate'."""
+    history_prior: tuple[float, float] = (1.0, 1.0)
+    """Beta(alpha, beta) prior of the historical estimate."""
+
+    def __post_init__(self):
+        if self.n_min < 2:
+            raise ValueError(f"n_min must be >= 2, got {self.n_min}")
+        if self.n_max is not None and self.n_max < self.n_min:
+            raise ValueError(f"n_max must be >= n_min = {self.n_min}, got {self.n_max}")
+        if self.n_max_factor < 1:
+            raise ValueError(f"n_max_factor must be >= 1, got {self.n_max_factor}")
+
+    def upper(self, n0: int) -> int:
+        """n_max resolved for a budget of n0 rollouts per prompt."""
+        return self.n_max if self.n_max is not None else self.n_max_factor * n0
+
+    def history(self, n_prompts: int) -> SuccessHistory:
+        alpha, beta = self.history_prior
+        return SuccessHistory(n_prompts, gamma=self.history_gamma, alpha=alpha, beta=beta,
+                              rule=self.history_rule, weight=self.history_weight)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Fields every trainer has: the method, the budget, the schedule and where results go."""
+
+    method: str = "sera"
+    """A name from sera.trainers.methods.METHODS (the trainer lists the ones it supports)."""
+    n0: int = 16
+    """Rollouts per prompt under uniform allocation; the budget of a batch is its size * n0."""
+    batch_size: int = 64
+    """Prompts per step (the last batch of an epoch may be smaller: no prompt is skipped)."""
+    steps: int = 300
+    """Optimizer steps."""
+    seed: int = 0
+    """Seed of the initialisation, the prompt order and the sampling."""
+    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    """The allocator and its estimates."""
+    eval_every: int = 25
+    """Steps between validation measurements."""
+    checkpoint_every: int = 100
+    """Steps between checkpoints (one is always written at the end)."""
+    min_allocated_share: float = 0.5
+    """A method that allocates from estimates must do so in at least this share of its steps,
+    or the run stops with an error (its tables are saved first)."""
+    out: str = "runs/run"
+    """Output folder: metrics.csv, final.csv, allocations.csv, config.json, checkpoint.pt."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def __post_init__(self):
+        from sera.trainers.methods import METHODS
+
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {tuple(METHODS)}, got {self.method!r}")
+        for name in ("n0", "batch_size", "steps", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.min_allocated_share <= 1:
+            raise ValueError(f"min_allocated_share must lie in [0, 1], got "
+                             f"{self.min_allocated_share}")
+
+    def keys(self) -> dict:
+        """What tells this run apart from the others of a study: every result row carries it."""
+        from sera.trainers.methods import METHODS
+
+        method = METHODS[self.method]
+        return {"method": self.method, "estimates": method.estimates,
+                "allocator": method.allocator, "seed": self.seed, "n0": self.n0,
+                "agg": self.aggregation,
+                "u_min": self.allocator.u_min if method.allocator == "waterline" else None}
+
+    @property
+    def aggregation(self) -> str:
+        """How the loss averages over responses (sequence trainers: over tokens)."""
+        return "response-mean"
+
+
+# Settings that may change between a run and its resumption without changing its results.
+RESUMABLE = {"steps", "out", "progress", "device"}
+
+
+def as_dict(config) -> dict:
+    """A config as plain JSON-ready values (tuples as lists, nested configs as dicts)."""
+    return json_ready(dataclasses.asdict(config))
+
+
+def from_dict(cls, values: dict):
+    """The config that as_dict turned into values (lists back to tuples, nested configs back)."""
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in values:
+            continue
+        value = values[f.name]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING \
+            else f.default
+        if dataclasses.is_dataclass(default):
+            value = from_dict(type(default), value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def json_ready(value):
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [json_ready(v) for v in value]
+    return value
+
+
+def differences(saved: dict, current: dict) -> list[str]:
+    """Names of the settings (dotted for nested ones) that differ, RESUMABLE ones aside."""
+    changed = []
+    for name in sorted(set(saved) | set(current)):
+        if name in RESUMABLE:
+            continue
+        a, b = saved.get(name), current.get(name)
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += [f"{name}.{inner}" for inner in differences(a, b)]
+        elif a != b:
+            changed.append(name)
+    return changed

@@ -1,0 +1,331 @@
+"""The one training loop every study runs: batches, planning, history, evaluation, checkpoints.
+
+A study (classification, a sequence task) supplies a model step, an evaluation and a final
+measurement; `fit` supplies the rest, the same way for all of them:
+
+    for each step:
+        at the end of an epoch: fold the outcomes into the history   (estimates change only here)
+        every eval_every steps: evaluate
+        draw the next batch (each epoch is a permutation; its last batch may be smaller)
+        study.step(batch, planner): the planner allocates through the method table
+        record the outcomes, the allocation and the diagnostics
+        every checkpoint_every steps: save everything, so a crash loses at most those steps
+
+Results are three long tables, every row carrying the run's keys (method, seed, n0, ...):
+metrics (step, metric, k, value), final (per held-out prompt) and allocations (per prompt and step
+of the methods that allocate).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+from sera.allocation import Allocation
+from sera.trainers import checkpoint
+from sera.trainers.config import RunConfig, as_dict
+from sera.trainers.methods import METHODS, plan
+
+# The per-prompt record of every step: the estimate the allocation read (for uniform methods, the
+# history's estimate, kept for comparison), the rollouts, their successes, and the exact p where
+# the task knows it.
+ALLOCATION_COLUMNS = ["step", "epoch", "prompt", "estimate", "rollouts", "allocated",
+                      "successes", "p_exact"]
+
+
+class DegenerateRunError(RuntimeError):
+    """A method that allocates from estimates fell back to uniform counts too often."""
+
+
+@dataclass
+class StepResult:
+    """What a study's step reports back: the allocation it used (None for the exact loss), the
+    successes per prompt, and the exact success probabilities where the task knows them."""
+
+    allocation: Allocation | None
+    successes: np.ndarray | None = None
+    exact: np.ndarray | None = None
+
+
+class Study(Protocol):
+    """What a trainer supplies to the loop."""
+
+    config: RunConfig
+    n_prompts: int  # training prompts
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+    def step(self, run: Run, ids: np.ndarray, planner) -> StepResult: ...
+
+    def evaluate(self, run: Run) -> None: ...
+
+    def finish(self, run: Run) -> pd.DataFrame: ...
+
+
+@dataclass
+class Results:
+    metrics: pd.DataFrame
+    final: pd.DataFrame
+    allocations: pd.DataFrame
+
+    @staticmethod
+    def concat(parts: list[Results]) -> Results:
+        return Results(*(pd.concat([getattr(p, name) for p in parts], ignore_index=True)
+                         for name in ("metrics", "final", "allocations")))
+
+
+class Run:
+    """Everything the loop carries from step to step; checkpointed as a whole with the study."""
+
+    def __init__(self, study: Study):
+        self.study, self.config = study, study.config
+        self.method = METHODS[self.config.method]
+        self.history = self.config.allocator.history(study.n_prompts)
+        self.step = self.epoch = self.position = 0
+        self.finished = False
+        self.rows: list[tuple] = []  # (step, metric, k, value)
+        self.allocations: list[tuple] = []  # one row per prompt and step: ALLOCATION_COLUMNS
+        self.last_exact = np.full(study.n_prompts, np.nan)  # p at each prompt's last visit
+
+    # ------------------------------------------------------------------ logging and tables
+
+    def log(self, metric: str, value: float, k: int | None = None) -> None:
+        self.rows.append((self.step, metric, k, float(value)))
+
+    def metrics(self) -> pd.DataFrame:
+        table = pd.DataFrame(self.rows, columns=["step", "metric", "k", "value"])
+        table["k"] = table["k"].astype("Int64")
+        return _with_keys(table, self.config)
+
+    def allocation_table(self) -> pd.DataFrame:
+        table = pd.DataFrame(self.allocations, columns=ALLOCATION_COLUMNS)
+        return _with_keys(table, self.config)
+
+    # ------------------------------------------------------------------ batches
+
+    def epoch_finished(self) -> bool:
+        return self.position >= self.study.n_prompts
+
+    def next_batch(self) -> np.ndarray:
+        """The next batch of this epoch's permutation, seeded by (seed, epoch)."""
+        order = np.random.default_rng([self.config.seed, self.epoch]).permutation(
+            self.study.n_prompts)
+        ids = order[self.position:self.position + self.config.batch_size]
+        self.position += ids.size
+        return ids
+
+    def planner(self, ids: np.ndarray):
+        """plan(exact=None): the batch's Allocation; exact p is needed by sera-oracle only."""
+
+        def planner(exact: np.ndarray | None = None) -> Allocation | None:
+            if self.method.estimates == "exact":
+                if exact is None:
+                    raise ValueError(f"method {self.method.name!r} needs exact success "
+                                     f"probabilities, which this task does not provide")
+                estimates = exact
+            else:
+                estimates = self.history.estimate(ids)[0]
+            return plan(self.method, self.config.allocator, self.config.n0, ids, estimates,
+                        self.history)
+
+        return planner
+
+    # ------------------------------------------------------------------ one step's records
+
+    def record(self, ids: np.ndarray, result: StepResult) -> None:
+        """Outcomes into the history (pending until the epoch ends), and the diagnostics that
+        every method shares. Per-prompt averages, so that methods with unequal counts compare."""
+        allocation = result.allocation
+        if result.exact is not None:
+            self._record_estimates(ids, allocation, result.exact)
+        if allocation is None:
+            return
+        counts, kept = allocation.counts, allocation.retained
+        self.history.record_groups(ids, result.successes, counts)
+        rate = result.successes[kept] / counts[kept]
+        self.log("train_reward", rate.mean())
+        self.log("mixed_groups", np.mean((rate > 0) & (rate < 1)))
+        self.log("allocation_spread", counts[kept].std() / self.config.n0)
+        self.log("retained", kept.mean())
+        allocated = allocation.method != "uniform"
+        if self.method.allocator == "waterline":
+            self.log("allocated", float(allocated))
+            if self.config.allocator.u_min is not None and allocated:
+                self.log("safeguard_fallback", float(allocation.fallback))
+        exact = result.exact if result.exact is not None else np.full(ids.size, np.nan)
+        self.allocations.extend(
+            (self.step, self.epoch, int(q), float(e), int(n), allocated, float(s), float(x))
+            for q, e, n, s, x in zip(ids, allocation.p, counts, result.successes, exact,
+                                     strict=True))
+
+    def _record_estimates(self, ids, allocation, exact) -> None:
+        """How far the historical estimates sit from the exact p, against the ideal history-only
+        estimate (the exact p at the prompt's previous visit)."""
+        if self.method.estimates == "history" and allocation is not None \
+                and allocation.method != "uniform":
+            _log_agreement(self, "history", allocation.p, exact)
+        previous = self.last_exact[ids]
+        seen = ~np.isnan(previous)
+        if self.method.estimates == "history" and seen.sum() >= 2:
+            _log_agreement(self, "ideal", previous[seen], exact[seen])
+        self.last_exact[ids] = exact
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        return {"study": self.study.state_dict(), "history": self.history.state_dict(),
+                "step": self.step, "epoch": self.epoch, "position": self.position,
+                "finished": self.finished, "rows": self.rows, "allocations": self.allocations,
+                "last_exact": self.last_exact, "config": as_dict(self.config)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.study.load_state_dict(state["study"])
+        self.history.load_state_dict(state["history"])
+        self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
+        self.finished = state["finished"]
+        self.rows, self.allocations = list(state["rows"]), list(state["allocations"])
+        self.last_exact = np.asarray(state["last_exact"], dtype=float)
+
+
+def _log_agreement(run: Run, name: str, estimate, exact) -> None:
+    run.log(f"{name}_mae", np.abs(estimate - exact).mean())
+    if np.std(estimate) > 0 and np.std(exact) > 0:
+        run.log(f"{name}_pearson", np.corrcoef(estimate, exact)[0, 1])
+
+
+def _with_keys(table: pd.DataFrame, config: RunConfig) -> pd.DataFrame:
+    keys = config.keys()
+    for i, (name, value) in enumerate(keys.items()):
+        table.insert(i, name, value)
+    return table
+
+
+# ---------------------------------------------------------------------- the loop
+
+
+def fit(study: Study, callback=None) -> Results:
+    """Run (or resume, or read back when finished) one configuration; returns its tables, which
+    are also saved in config.out."""
+    config = study.config
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = Run(study)
+    state = checkpoint.load(out / "checkpoint.pt", as_dict(config))
+    if state is not None:
+        run.load_state_dict(state)
+        run.finished = run.finished and run.step >= config.steps  # more steps were asked for
+    (out / "config.json").write_text(json.dumps(as_dict(config), indent=2))
+    bar = _progress(config, run.step)
+    while run.step < config.steps:
+        if run.epoch_finished():
+            run.history.end_epoch()  # the epoch boundary: estimates change only here
+            run.epoch, run.position = run.epoch + 1, 0
+        if run.step % config.eval_every == 0:
+            study.evaluate(run)
+        ids = run.next_batch()
+        run.record(ids, study.step(run, ids, run.planner(ids)))
+        run.step += 1
+        if run.step % config.checkpoint_every == 0 and run.step < config.steps:
+            _save(run, out)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(_latest(run.rows), refresh=False)
+        if callback is not None:
+            callback(run)
+    if bar is not None:
+        bar.close()
+    if not run.finished:
+        study.evaluate(run)
+        final = study.finish(run)
+        _with_keys(final, config).to_csv(out / "final.csv", index=False)
+        _log_allocated_share(run)
+        run.finished = True
+        _save(run, out)
+    results = Results(run.metrics(), pd.read_csv(out / "final.csv"), run.allocation_table())
+    _check_allocated_share(run)
+    return results
+
+
+def _log_allocated_share(run: Run) -> None:
+    allocated = [v for _, metric, _, v in run.rows if metric == "allocated"]
+    if allocated:
+        run.log("allocated_share", float(np.mean(allocated)))
+
+
+def _check_allocated_share(run: Run) -> None:
+    shares = [v for _, metric, _, v in run.rows if metric == "allocated_share"]
+    if run.method.estimates == "history" and shares \
+            and shares[-1] < run.config.min_allocated_share:
+        epoch = -(-run.study.n_prompts // run.config.batch_size)
+        raise DegenerateRunError(
+            f"{run.config.method} allocated from its estimates in {shares[-1]:.0%} of "
+            f"{run.config.steps} steps (min_allocated_share {run.config.min_allocated_share:.0%}):"
+            f" estimates exist only after an epoch ({epoch} steps here), so the run was mostly "
+            f"uniform MaxRL. Run more steps or use fewer training prompts. Its tables are in "
+            f"{run.config.out}.")
+
+
+def _save(run: Run, out: Path) -> None:
+    checkpoint.save(out / "checkpoint.pt", run.state_dict())
+    checkpoint.write_csv(run.metrics(), out / "metrics.csv")
+    if run.allocations:
+        checkpoint.write_csv(run.allocation_table(), out / "allocations.csv")
+
+
+def _progress(config: RunConfig, start: int):
+    if not config.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=config.steps, initial=start, leave=False,
+                desc=f"{config.method} n0={config.n0} seed={config.seed}")
+
+
+def _latest(rows) -> dict:
+    found = {}
+    for _, metric, k, value in reversed(rows):
+        name = metric if k is None else f"{metric}@{k}"
+        if name in ("train_reward", "val_pass@1", "cosine") and name not in found:
+            found[name] = f"{value:.3f}"
+    return found
+
+
+def run_grid(configs: list[RunConfig], build, runs_dir, rerun: bool = False,
+             progress: bool = True) -> Results:
+    """Fit every config in its own folder under runs_dir (named from its keys) and return the
+    concatenated tables. build(config) makes the study. A finished run is read back from its
+    folder unless rerun is True."""
+    import shutil
+
+    parts = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(configs), desc="runs")
+    for config in configs:
+        folder = Path(runs_dir) / run_label(config)
+        if rerun:
+            shutil.rmtree(folder, ignore_errors=True)
+        parts.append(fit(build(replace(config, out=str(folder), progress=False))))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return Results.concat(parts)
+
+
+def run_label(config: RunConfig) -> str:
+    """A folder name from the run's keys (the tables carry the keys; nothing parses this)."""
+    keys = config.keys()
+    parts = [keys["method"], f"n0-{keys['n0']}", keys["agg"], f"seed-{keys['seed']}"]
+    if keys["u_min"] is not None:
+        parts.insert(1, f"umin-{keys['u_min']}")
+    return "_".join(str(p) for p in parts)

@@ -1,0 +1,102 @@
+"""The shared loop with a study that needs no model: epochs, batches, history, degenerate runs."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sera.trainers import loop
+from sera.trainers.config import RunConfig
+
+
+class Coins:
+    """Prompt q succeeds with probability p_q; a step records which prompts it saw."""
+
+    def __init__(self, config, p):
+        self.config, self.p, self.n_prompts = config, np.asarray(p), len(p)
+        self.rng = np.random.default_rng(config.seed)
+        self.batches = []
+
+    def state_dict(self):
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.rng.bit_generator.state = state["rng"]
+
+    def step(self, run, ids, planner):
+        self.batches.append((run.epoch, ids.copy(), run.history.estimate(ids)[0].copy()))
+        allocation = planner(self.p[ids])
+        successes = self.rng.binomial(allocation.counts, self.p[ids]).astype(float)
+        return loop.StepResult(allocation, successes, self.p[ids])
+
+    def evaluate(self, run):
+        run.log("val_pass", float(self.p.mean()), 1)
+
+    def finish(self, run):
+        return pd.DataFrame({"prompt": np.arange(self.n_prompts), "p": self.p})
+
+
+def _config(tmp_path, **changes):
+    config = RunConfig(method="sera", n0=4, batch_size=4, steps=9, eval_every=5,
+                       checkpoint_every=4, progress=False, min_allocated_share=0.0,
+                       out=str(tmp_path / "run"))
+    return dataclasses.replace(config, **changes)
+
+
+P = np.linspace(0.05, 0.95, 10)
+
+
+def test_every_prompt_is_trained_on_each_epoch_and_the_last_batch_is_smaller(tmp_path):
+    study = Coins(_config(tmp_path), P)
+    loop.fit(study)
+    sizes = [ids.size for _, ids, _ in study.batches]
+    assert sizes == [4, 4, 2, 4, 4, 2, 4, 4, 2]
+    for epoch in range(3):
+        seen = np.concatenate([ids for e, ids, _ in study.batches if e == epoch])
+        assert sorted(seen) == list(range(10))
+
+
+def test_estimates_change_only_at_epoch_boundaries(tmp_path):
+    study = Coins(_config(tmp_path), P)
+    results = loop.fit(study)
+    by_epoch = {}
+    for epoch, ids, estimate in study.batches:
+        for q, e in zip(ids, estimate, strict=True):
+            assert by_epoch.setdefault((epoch, q), e) == e
+    allocated = results.metrics.loc[results.metrics["metric"] == "allocated", "value"]
+    assert allocated.tolist() == [0, 0, 0] + [1] * 6  # uniform until epoch 0 has been folded
+    first = np.array([by_epoch[(0, q)] for q in range(10)])
+    np.testing.assert_allclose(first, 0.5)  # the prior: nothing folded during epoch 0
+
+
+def test_tables_carry_the_run_keys(tmp_path):
+    results = loop.fit(Coins(_config(tmp_path, allocator=dataclasses.replace(
+        _config(tmp_path).allocator, u_min=0.2)), P))
+    for table in (results.metrics, results.final, results.allocations):
+        assert {"method", "estimates", "allocator", "seed", "n0", "agg", "u_min"} <= set(table)
+        assert set(table["u_min"]) == {0.2}
+    assert "safeguard_fallback" in set(results.metrics["metric"])
+
+
+def test_a_degenerate_run_fails_loudly_after_saving(tmp_path):
+    with pytest.raises(loop.DegenerateRunError, match="in 33% of 9 steps"):
+        loop.fit(Coins(_config(tmp_path, batch_size=5, steps=9, min_allocated_share=0.9),
+                       np.linspace(0.1, 0.9, 30)))
+    saved = pd.read_csv(tmp_path / "run" / "metrics.csv")
+    assert saved.loc[saved["metric"] == "allocated_share", "value"].item() == pytest.approx(3 / 9)
+
+
+def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
+    whole = loop.fit(Coins(_config(tmp_path, out=str(tmp_path / "a")), P))
+
+    def stop(run):
+        if run.step == 6:
+            raise KeyboardInterrupt
+
+    config = _config(tmp_path, out=str(tmp_path / "b"))
+    with pytest.raises(KeyboardInterrupt):
+        loop.fit(Coins(config, P), stop)
+    resumed = loop.fit(Coins(config, P))
+    pd.testing.assert_frame_equal(resumed.metrics, whole.metrics)
+    pd.testing.assert_frame_equal(resumed.allocations, whole.allocations)

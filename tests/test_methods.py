@@ -1,0 +1,64 @@
+"""The method table and the loop's bookkeeping, without a model: planning, epochs, history."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sera.trainers.config import AllocatorConfig, RunConfig, differences
+from sera.trainers.methods import METHODS, plan, supported
+
+
+def test_every_method_plans_the_budget():
+    history = AllocatorConfig().history(20)
+    history.record_groups(np.arange(20), np.arange(20) % 5, np.full(20, 4))
+    history.end_epoch()
+    ids = np.arange(6, 14)
+    exact = np.linspace(0.05, 0.9, ids.size)
+    for method in METHODS.values():
+        allocation = plan(method, AllocatorConfig(), 8, ids, exact, history)
+        if method.allocator == "none":
+            assert allocation is None
+            continue
+        assert allocation.counts.sum() == 64 and allocation.counts.min() >= 2
+        if method.allocator == "uniform":
+            assert (allocation.counts == 8).all() and (allocation.weights == 1).all()
+        else:
+            np.testing.assert_allclose(allocation.counts * allocation.weights, 8.0)
+            source = exact if method.estimates == "exact" else history.estimate(ids)[0]
+            np.testing.assert_allclose(allocation.p, source)
+
+
+def test_sera_falls_back_until_its_prompts_are_seen():
+    history = AllocatorConfig().history(10)
+    allocation = plan(METHODS["sera"], AllocatorConfig(), 4, np.arange(5), np.full(5, 0.5),
+                      history)
+    assert allocation.method == "uniform" and allocation.fallback
+
+
+def test_the_same_name_means_the_same_thing_everywhere():
+    assert "sera-oracle" in supported(exact=True) and "sera-oracle" not in supported(exact=False)
+    assert "ce" not in supported(exact=False)
+    assert METHODS["sera"].estimates == "history"
+    assert METHODS["sera-oracle"].estimates == "exact"
+
+
+def test_config_keys_and_differences():
+    keys = RunConfig(method="sera", n0=4, allocator=AllocatorConfig(u_min=0.3)).keys()
+    assert keys == {"method": "sera", "estimates": "history", "allocator": "waterline",
+                    "seed": 0, "n0": 4, "agg": "response-mean", "u_min": 0.3}
+    assert RunConfig(method="maxrl", allocator=AllocatorConfig(u_min=0.3)).keys()["u_min"] is None
+    assert differences({"n0": 4, "steps": 10, "allocator": {"u_min": None}},
+                       {"n0": 8, "steps": 20, "allocator": {"u_min": 0.5}}) == \
+        ["allocator.u_min", "n0"]
+    with pytest.raises(ValueError, match="method must be one of"):
+        RunConfig(method="ppo")
+
+
+def test_the_math_core_imports_without_torch():
+    code = ("import sys, sera, sera.analysis, sera.plotting, sera.history, sera.passk; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
