@@ -7,7 +7,10 @@ TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 PROFILE ?= fast
 
-.PHONY: test test-fast figures lint bench install clean clean-notebooks
+VISION := .venv-vision
+VISION_STAMP := $(VISION)/.installed
+
+.PHONY: test test-fast test-vision figures lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -24,9 +27,22 @@ figures: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP)
+test: $(STAMP) test-vision
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# The ImageNet path (ImageFolder loader, ResNet-50) needs torchvision, whose wheels are CUDA builds
+# that fail beside the CPU torch: a separate environment with torch 2.14.1 + torchvision 0.29.1
+# (CUDA builds, which run on a CPU; about 5.5 GB) runs that test for real.
+$(VISION_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VISION)
+	$(VISION)/bin/pip install --quiet --upgrade pip
+	$(VISION)/bin/pip install --quiet "torch==2.14.1" "torchvision==0.29.1"
+	$(VISION)/bin/pip install --quiet -e ".[train,dev]"
+	touch $(VISION_STAMP)
+
+test-vision: $(VISION_STAMP)
+	SERA_REQUIRE_VISION=1 $(VISION)/bin/python -m pytest tests/test_imagenet_path.py -p no:cacheprovider
 
 # The edit loop: everything but the notebook executions (about a minute).
 test-fast: $(STAMP)
@@ -45,4 +61,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/generation_speed.py
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VISION) build .pytest_cache .hypothesis
