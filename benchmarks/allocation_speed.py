@@ -5,8 +5,9 @@ Usage: python benchmarks/allocation_speed.py [--prompts 1000000] [--repeats 9]
 Part 1: waterline and both roundings, for two p distributions (Beta(0.6, 1.2), and a
 wide-range mix of confident and hopeless prompts) and two n_max values, as ratios to the sort
 (limits: paper rounding 4x, exact 10x). Part 2: the observability safeguard (u_min = 0.5) against
-the same call without it, for 10^5 and 10^6 prompts (limit 25x). Best-of-repeats times, the calls
-interleaved so that machine drift hits them alike.
+the same call without it, for 10^5 and 10^6 prompts (limit 25x). Part 3: the allocators SERA is
+compared with, at 10^5 prompts, beside SERA's (aim: well under a second). Best-of-repeats times,
+the calls interleaved so that machine drift hits them alike.
 """
 
 import argparse
@@ -71,6 +72,15 @@ def safeguard(sizes, n0, repeats, rng):
                   f"(retained {kept:.1%})")
 
 
+def baselines(size, n0, repeats, rng):
+    p, budget = rng.beta(0.6, 1.2, size), n0 * size
+    methods = ("paper", "exact", "knapsack", "gvm", "dars-hw", "dars-et")
+    calls = {m: lambda m=m: sera.allocate(p, budget, 2, 64, method=m) for m in methods}
+    best = best_times(calls, repeats)
+    print(f"one-shot allocators, B={size:,}, budget {n0}B, n_max 64, best of {repeats}: " +
+          "  ".join(f"{m} {t * 1e3:.1f} ms" for m, t in best.items()))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -81,6 +91,7 @@ def main():
     rng = np.random.default_rng(0)
     roundings(args.prompts, args.n0, args.repeats, rng)
     safeguard((args.prompts // 10, args.prompts), 8, max(3, args.repeats // 3), rng)
+    baselines(args.prompts // 10, args.n0, max(3, args.repeats // 3), rng)
 
 
 if __name__ == "__main__":

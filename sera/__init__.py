@@ -12,6 +12,9 @@ from sera.estimators import (
     maxrl_advantages,
     multiplicity_weights,
     policy_loss,
+    rl2ml_advantages,
+    rl2ml_surrogate,
+    rl2ml_weight,
     rloo_advantages,
 )
 from sera.fidelity import kappa, log_success_series, mixed_probability, rollouts_for_fidelity
@@ -37,6 +40,9 @@ __all__ = [
     "pass_at_k",
     "pass_at_k_analytic",
     "policy_loss",
+    "rl2ml_advantages",
+    "rl2ml_surrogate",
+    "rl2ml_weight",
     "rloo_advantages",
     "rollouts_for_fidelity",
     "uniform",

@@ -14,12 +14,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sera import _checks
+from sera import _checks, baselines
 from sera.fidelity import kappa
 from sera.safeguard import largest_observable_prefix
 from sera.waterfill import hazard, round_exact, round_paper, solve
 
-METHODS = ("paper", "exact", "uniform")
+WATERLINE = ("paper", "exact")
+BASELINES = ("knapsack", "gvm", "dars-hw", "dars-et")  # sera.baselines
+METHODS = (*WATERLINE, "uniform", *BASELINES)
 
 
 class Waterline(NamedTuple):
@@ -126,12 +128,20 @@ def _uniform_counts(n_prompts: int, budget: int) -> np.ndarray:
     return counts
 
 
-def _integer(p, budget, lo, hi, method, h=None, ordered=None):
+def _integer(p, budget, lo, hi, method, h=None, ordered=None, n0=None):
     """Integer counts, continuous counts and lam for one retained set (h, ordered: its hazards
-    and their sorted copy, when the caller has them)."""
+    and their sorted copy, when the caller has them; n0: the uniform count, for DARS)."""
     if method == "uniform":
         counts = _uniform_counts(p.size, budget)
         return counts, counts.astype(float), math.nan
+    if method == "knapsack":
+        counts = baselines.knapsack(p, budget, lo, hi)
+        return counts, counts.astype(float), math.nan
+    if method in BASELINES:
+        weights = baselines.gvm_weights(p) if method == "gvm" else baselines.dars_weights(
+            p, n0 if n0 is not None else budget / p.size, method.removeprefix("dars-"))
+        counts, continuous = baselines.proportional(weights, budget, lo, hi)
+        return counts, continuous, math.nan
     solution = solve(hazard(p) if h is None else h, budget, lo, hi, ordered,
                      bracket=method == "exact", own=h is None)
     if method == "paper":
@@ -148,12 +158,14 @@ def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=None
     """Allocate an integer rollout budget over a batch of prompts with success probabilities p.
 
     method: "paper" (waterline, floor, then the smallest one-increment fidelity errors),
-        "exact" (the lexicographically max-min integer allocation) or "uniform" (budget / B each).
+        "exact" (the lexicographically max-min integer allocation), "uniform" (budget / B each),
+        or a rule SERA is compared with (sera.baselines): "knapsack", "gvm", "dars-hw",
+        "dars-et". Every method meets the budget and the bounds exactly.
     n0: reference count of the multiplicity weights n0 / N_q; defaults to budget / len(p).
-    u_min: the observability safeguard. Prompts are ranked by U(p, n_max), highest first, and the
-        largest capacity-feasible prefix whose prompts all have U(p_q, N_q) >= u_min is retained;
-        if none passes, the top ceil(budget / n_max) prompts are kept and `fallback` is True.
-        None turns the safeguard off.
+    u_min: the observability safeguard (waterline and uniform methods). Prompts are ranked by
+        U(p, n_max), highest first, and the largest capacity-feasible prefix whose prompts all
+        have U(p_q, N_q) >= u_min is retained; if none passes, the top ceil(budget / n_max)
+        prompts are kept and `fallback` is True. None turns the safeguard off.
     Derivations: notebooks/02_waterline_allocation.ipynb, notebooks/03_allocation_vs_success.ipynb.
     """
     p = _checks.batch_probabilities(p)
@@ -162,9 +174,12 @@ def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=None
     budget, lo, hi = _bounds(p.size, budget, n_min, n_max)
     n0 = budget / p.size if n0 is None else _checks.real(n0, "n0", 0.0, math.inf, low_open=True)
     if u_min is None:
-        counts, continuous, lam = _integer(p, budget, lo, hi, method)
+        counts, continuous, lam = _integer(p, budget, lo, hi, method, n0=n0)
         return _result(p, None, counts, continuous, lam, False, method, n0)
     u_min = _checks.real(u_min, "u_min", 0.0, 1.0)
+    if method in BASELINES:
+        raise ValueError(f"u_min (the observability safeguard) applies to the methods "
+                         f"{(*WATERLINE, 'uniform')}, got method={method!r}")
     kept, (counts_kept, continuous_kept, lam), fallback = largest_observable_prefix(
         p, budget, lo, n_max, partial(_integer, method=method), u_min)
     return _result(p, kept, counts_kept, continuous_kept, lam, fallback, method, n0)
@@ -185,13 +200,20 @@ def _result(p, kept, counts_kept, continuous_kept, lam, fallback, method, n0) ->
         weights = np.divide(n0, counts)
     else:
         weights = np.divide(n0, counts, out=np.zeros(p.size), where=retained)
-    if method == "uniform":
-        level = float(kappa(p[kept], counts_kept).min())
-    else:
+    if method in WATERLINE:
         level = -math.expm1(-lam)
+    else:  # no water level: the smallest fidelity in the batch
+        level = float(kappa(p[kept], counts_kept).min(initial=np.inf)) if counts.size else math.nan
     return Allocation(p=p, counts=counts, weights=weights, retained=retained, level=level,
                       lam=float(lam), continuous=continuous, fallback=fallback, method=method,
                       n0=float(n0))
+
+
+def from_counts(p, counts, n0: float, method: str) -> Allocation:
+    """The Allocation of given counts (for allocators that keep state across steps)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    return _result(np.asarray(p, dtype=float), None, counts, counts.astype(float), math.nan,
+                   False, method, n0)
 
 
 def uniform(p, budget, n_min=2, n_max=None, n0=None) -> Allocation:

@@ -130,6 +130,57 @@ def rloo_advantages(rewards, groups=None, *, sizes=None):
     return xp.where(size > 1, scale * (rewards - mean), xp.zeros_like(rewards))
 
 
+def rl2ml_advantages(rewards, groups=None, alpha: float = 1.0, *, sizes=None):
+    """RL2ML's alpha family over binary rewards: A_i = (N/K)^alpha (r_i - K/N), 0 when the group's
+    K successes are 0 or N. alpha = 0 is r - mean (Dr. GRPO up to (N-1)/N), alpha = 1 is centered
+    MaxRL exactly; the per-prompt estimator (1/N) sum_i A_i grad log pi(y_i) has expectation
+    rl2ml_weight(p, N, alpha) grad p. From the RL2ML abstract (arXiv 2605.30154): a
+    reconstruction, see shared/ALLOCATORS.md; compared in notebooks/06_allocators_compared.ipynb.
+    """
+    alpha = _checks.real(alpha, "alpha", -np.inf, np.inf)
+    rewards, inverse, n_groups, xp = _grouping(rewards, groups, sizes)
+    if bool(((rewards != 0) & (rewards != 1)).any()):
+        raise ValueError("rl2ml_advantages needs binary rewards (0 or 1)")
+    _, mean = _group_stats(rewards, inverse, n_groups, xp)
+    mixed = (mean > 0) & (mean < 1)
+    safe = xp.where(mixed, mean, xp.ones_like(mean))
+    return xp.where(mixed, safe ** (-alpha) * (rewards - mean), xp.zeros_like(rewards))
+
+
+def _rl2ml_increments(n: int, alpha: float) -> np.ndarray:
+    """a(1, j+1) - a(0, j) for j = 0..n-1, with a(r, K) = (n/K)^alpha (r - K/n) for 0 < K < n."""
+    j = np.arange(n, dtype=float)
+    k_up = j + 1
+    success = np.where(k_up < n, (n / k_up) ** alpha * (1 - k_up / n), 0.0)
+    with np.errstate(divide="ignore"):
+        failure = np.where(j > 0, (n / np.where(j > 0, j, 1.0)) ** alpha * (-j / n), 0.0)
+    return success - failure
+
+
+def rl2ml_weight(p, n: int, alpha: float = 1.0):
+    """w_N(p) = E_{J ~ Bin(N-1, p)}[a(1, J+1) - a(0, J)]: the alpha-family estimator with N
+    rollouts has expectation w_N(p) grad p (alpha = 1: kappa(p, N) / p)."""
+    from scipy.stats import binom
+
+    n = _checks.integer(n, "n", minimum=1)
+    p = np.asarray(_checks.probabilities(p), dtype=float)
+    pmf = binom.pmf(np.arange(n)[:, None], n - 1, p.reshape(1, -1))
+    return (_rl2ml_increments(n, alpha) @ pmf).reshape(p.shape)[()]
+
+
+def rl2ml_surrogate(p, n: int, alpha: float = 1.0):
+    """J_N(p) = E_{K ~ Bin(N, p)}[phi(K)] with phi(0) = 0 and phi(j+1) - phi(j) =
+    (a(1, j+1) - a(0, j)) / N: the objective the estimator is exactly unbiased for, dJ/dp = w_N
+    (alpha = 1: sum_{k<N} pass@k / k)."""
+    from scipy.stats import binom
+
+    n = _checks.integer(n, "n", minimum=1)
+    p = np.asarray(_checks.probabilities(p), dtype=float)
+    phi = np.concatenate(([0.0], np.cumsum(_rl2ml_increments(n, alpha)) / n))
+    pmf = binom.pmf(np.arange(n + 1)[:, None], n, p.reshape(1, -1))
+    return (phi @ pmf).reshape(p.shape)[()]
+
+
 def multiplicity_weights(counts, n0: float):
     """Per-prompt response weight n0 / N_q (0 where N_q = 0), so that each prompt's N_q responses
     carry the same total weight n0 in a response-mean loss. See sera.allocate."""

@@ -114,6 +114,11 @@ class SuccessHistory:
         p_hat = (s + self.alpha) / (s + f + self.alpha + self.beta)
         return p_hat, self.observed[ids].copy()
 
+    def posterior(self, prompt_ids=None):
+        """(a, b) of each prompt's Beta posterior: a = s + alpha, b = f + beta."""
+        ids = np.arange(self.n_prompts) if prompt_ids is None else self._ids(prompt_ids)
+        return self.successes[ids] + self.alpha, self.failures[ids] + self.beta
+
     def plan(self, prompt_ids, budget, **allocate_kwargs) -> Allocation:
         """Allocate the budget over a batch from the frozen estimates; uniform counts (with
         fallback=True) when any prompt of the batch has no estimate yet."""

@@ -7,8 +7,8 @@ notebooks/05_maze_navigation.ipynb.
 - `summarize_runs`: one row per run (mean and final cosine, history agreement, allocated share);
 - `summarize`: mean and spread over seeds;
 - `passk_profile`: final Pass@K per run, from each held-out prompt's pool or exact p;
-- `paired_gain`: one method minus another with paired bootstrap intervals over prompts and
-  seeds together;
+- `paired_gain`, `gains_against`: one method minus another with paired bootstrap intervals
+  over prompts and seeds together;
 - `compare_with_paper`, `direction_table`: our numbers beside the paper's, like with like.
 """
 
@@ -50,6 +50,8 @@ def summarize_runs(metrics: pd.DataFrame) -> pd.DataFrame:
                 row[name] = float(series[name].mean())
         if "allocated_share" in series:
             row["allocated_share"] = float(series["allocated_share"].iloc[-1])
+        if "rollouts" in series:
+            row["rollouts"] = float(series["rollouts"].sum())
         final = run[run["metric"] == "pass"]
         final = final[final["step"] == final["step"].max()]
         for k, value in zip(final["k"], final["value"], strict=True):
@@ -118,6 +120,14 @@ def paired_gain(final: pd.DataFrame, treatment: str = "sera", control: str = "ma
                          "low": low, "high": high, "pairs": len(common),
                          "seeds": a["seed"].nunique()})
     return pd.DataFrame(rows)
+
+
+def gains_against(final: pd.DataFrame, reference: str = "sera", by=("agg",), ks=None,
+                  n_resamples: int = 10_000, seed: int = 0) -> pd.DataFrame:
+    """paired_gain of every other method against `reference`, with a method column."""
+    parts = [paired_gain(final, method, reference, by, ks, n_resamples, seed).assign(
+        method=method) for method in dict.fromkeys(final["method"]) if method != reference]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def compare_with_paper(summary: pd.DataFrame, reference: pd.DataFrame, study: str, n0: int,

@@ -184,7 +184,7 @@ def test_help_shows_every_field_with_its_meaning_and_choices(capsys):
     with pytest.raises(SystemExit):
         trainer.main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    for flag in ("--method {ce,maxrl,grpo,rloo,sera,sera-oracle}", "--allocator.rounding",
+    for flag in ("--method {ce,maxrl,grpo,rloo,sera,sera-oracle,", "--allocator.rounding",
                  "--preset {fast,long,paper}", "--data {digits,cifar,imagefolder}",
                  "SGD learning rate", "Observability safeguard"):
         assert flag in text, flag

@@ -11,12 +11,12 @@ from sera.trainers.config import RunConfig
 
 
 class Coins:
-    """Prompt q succeeds with probability p_q; a step records which prompts it saw."""
+    """Prompt q succeeds with probability p_q; the study records what it sampled and updated."""
 
     def __init__(self, config, p):
         self.config, self.p, self.n_prompts = config, np.asarray(p), len(p)
         self.rng = np.random.default_rng(config.seed)
-        self.batches = []
+        self.batches, self.calls, self.updates = [], [], []
 
     def state_dict(self):
         return {"rng": self.rng.bit_generator.state}
@@ -24,11 +24,17 @@ class Coins:
     def load_state_dict(self, state):
         self.rng.bit_generator.state = state["rng"]
 
-    def step(self, run, ids, planner):
-        self.batches.append((run.epoch, ids.copy(), run.history.estimate(ids)[0].copy()))
-        allocation = planner(self.p[ids])
-        successes = self.rng.binomial(allocation.counts, self.p[ids]).astype(float)
-        return loop.StepResult(allocation, successes, self.p[ids])
+    def exact(self, ids):
+        return self.p[ids]
+
+    def sample(self, run, ids, counts):
+        if not self.calls or self.calls[-1][0] != run.step:
+            self.batches.append((run.epoch, ids.copy(), run.history.estimate(ids)[0].copy()))
+        self.calls.append((run.step, ids.copy(), np.asarray(counts).copy()))
+        return self.rng.binomial(counts, self.p[ids]).astype(float)
+
+    def update(self, run, outcome):
+        self.updates.append((run.step, outcome.ids.copy(), outcome.allocation.counts.copy()))
 
     def evaluate(self, run):
         run.log("val_pass", float(self.p.mean()), 1)
@@ -87,16 +93,65 @@ def test_a_degenerate_run_fails_loudly_after_saving(tmp_path):
     assert saved.loc[saved["metric"] == "allocated_share", "value"].item() == pytest.approx(3 / 9)
 
 
-def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
-    whole = loop.fit(Coins(_config(tmp_path, out=str(tmp_path / "a")), P))
+@pytest.mark.parametrize("method", ["sera", "cero-recon", "knapsack"])
+def test_resumed_run_matches_an_uninterrupted_one(tmp_path, method):
+    whole = loop.fit(Coins(_config(tmp_path, method=method, out=str(tmp_path / "a")), P))
 
     def stop(run):
         if run.step == 6:
             raise KeyboardInterrupt
 
-    config = _config(tmp_path, out=str(tmp_path / "b"))
+    config = _config(tmp_path, method=method, out=str(tmp_path / "b"))
     with pytest.raises(KeyboardInterrupt):
         loop.fit(Coins(config, P), stop)
     resumed = loop.fit(Coins(config, P))
     pd.testing.assert_frame_equal(resumed.metrics, whole.metrics)
     pd.testing.assert_frame_equal(resumed.allocations, whole.allocations)
+
+
+def _sampled(study, step):
+    """Rollouts per prompt that the study sampled in one step."""
+    total = {}
+    for s, ids, counts in study.calls:
+        if s == step:
+            for q, n in zip(ids.tolist(), counts.tolist(), strict=True):
+                total[q] = total.get(q, 0) + n
+    return total
+
+
+def test_dynamic_sampling_keeps_mixed_groups_and_counts_every_rollout(tmp_path):
+    p = np.r_[np.zeros(20), np.full(20, 0.5), np.ones(20)]
+    study = Coins(_config(tmp_path, method="dapo", steps=3, batch_size=4), p)
+    results = loop.fit(study)
+    rollouts = results.metrics[results.metrics["metric"] == "rollouts"]["value"].tolist()
+    for step, ids, counts in study.updates:
+        assert (counts == 4).all() and ids.size <= 4
+        assert all(0.0 < p[q] < 1.0 for q in ids)  # all-0 and all-1 groups were dropped
+        assert rollouts[step] == sum(_sampled(study, step).values()) >= 12 * 4
+    assert set(results.metrics["metric"]) >= {"generation_rounds", "prompts"}
+
+
+def test_two_stage_tops_up_hard_prompts_from_the_pilot(tmp_path):
+    p = np.r_[np.full(8, 0.05), np.full(8, 0.9)]
+    study = Coins(_config(tmp_path, method="dars-hw-2stage", steps=2, batch_size=16, n0=8),
+                  p)
+    loop.fit(study)
+    step, ids, counts = study.updates[0]
+    sampled = _sampled(study, step)
+    for q, n in zip(ids.tolist(), counts.tolist(), strict=True):
+        assert sampled[q] == n  # pilot and top-up form one group
+        if p[q] > 0.5:
+            assert n == 8
+    assert max(counts) > 8  # a hard prompt got a top-up
+
+
+def test_probe_commit_spends_the_budget_on_committed_prompts(tmp_path):
+    p = np.r_[np.full(10, 0.01), np.full(10, 0.5), np.full(10, 0.99)]
+    study = Coins(_config(tmp_path, method="sara-recon", steps=4, batch_size=6, n0=6), p)
+    results = loop.fit(study)
+    rollouts = results.metrics[results.metrics["metric"] == "rollouts"]["value"]
+    assert (rollouts <= 36).all()  # never over the budget B * n0
+    for step, ids, counts in study.updates:
+        sampled = _sampled(study, step)
+        assert all(sampled[q] == n for q, n in zip(ids.tolist(), counts.tolist(), strict=True))
+        assert (counts <= 6).all()

@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 
+import sera
 from sera.trainers.config import AllocatorConfig, RunConfig, differences
 from sera.trainers.methods import METHODS, plan, supported
 
@@ -16,18 +17,32 @@ def test_every_method_plans_the_budget():
     history.end_epoch()
     ids = np.arange(6, 14)
     exact = np.linspace(0.05, 0.9, ids.size)
+    state = {}
     for method in METHODS.values():
-        allocation = plan(method, AllocatorConfig(), 8, ids, exact, history)
+        if method.protocol != "one-shot":
+            with pytest.raises(ValueError, match="samples in rounds"):
+                plan(method, AllocatorConfig(), 8, ids, exact, history, state)
+            continue
+        allocation = plan(method, AllocatorConfig(), 8, ids, exact, history, state)
         if method.allocator == "none":
             assert allocation is None
             continue
-        assert allocation.counts.sum() == 64 and allocation.counts.min() >= 2
-        if method.allocator == "uniform":
-            assert (allocation.counts == 8).all() and (allocation.weights == 1).all()
+        assert allocation.counts.sum() == 64 and allocation.counts.min() >= 2, method.name
+        if method.allocator in ("uniform", "reweight"):
+            assert (allocation.counts == 8).all()
+        if method.allocator == "reweight":
+            np.testing.assert_allclose(allocation.weights, 1 / sera.kappa(allocation.p, 8))
+        elif not method.weighted:
+            assert (allocation.weights == 1).all()
         else:
             np.testing.assert_allclose(allocation.counts * allocation.weights, 8.0)
+        if method.allocator == "waterline":
             source = exact if method.estimates == "exact" else history.estimate(ids)[0]
             np.testing.assert_allclose(allocation.p, source)
+    assert set(state) == {"cero"}  # the stateful allocator kept its cumulative counts
+    np.testing.assert_array_equal(state["cero"].cumulative[ids],
+                                  plan(METHODS["cero-recon"], AllocatorConfig(), 8, ids, exact,
+                                       history, {}).counts)
 
 
 def test_sera_falls_back_until_its_prompts_are_seen():

@@ -168,3 +168,31 @@ def test_maze_figures_draw():
     assert isinstance(splot.plot_allocation_vs_estimate(allocations, 8), Figure)
 
 
+
+
+def test_comparison_figures_draw():
+    import pandas as pd
+
+    import sera.results
+
+    p = np.array([0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 0.9])
+    fig = splot.plot_allocators(p, 64, 2, 32, ["exact", "paper", "knapsack", "gvm"])
+    labels = {t.get_text() for t in fig.axes[0].get_legend().get_texts()}
+    assert {"sera", "sera (exact)", "knapsack", "gvm", "uniform N0"} <= labels
+    rows = []
+    for method in ("sera", "dapo", "knapsack-maxrl"):
+        for seed in (0, 1):
+            for step in range(4):
+                rows.append({"method": method, "seed": seed, "step": step, "metric": "rollouts",
+                             "k": None, "value": 100.0 * (3 if method == "dapo" else 1)})
+                rows.append({"method": method, "seed": seed, "step": step, "metric": "val_pass",
+                             "k": 1, "value": 0.1 * step})
+    fig = splot.plot_against_budget(pd.DataFrame(rows), "val_pass", k=1)
+    right = fig.axes[1]
+    assert max(line.get_xdata().max() for line in right.get_lines()) == 900  # 3 steps x 300
+    final = pd.DataFrame([{"method": m, "seed": s, "prompt": q, "p": p}
+                          for m, p0 in (("sera", 0.5), ("maxrl", 0.4), ("dapo", 0.6))
+                          for s in (0, 1) for q, p in enumerate(np.full(30, p0) + 0.01 * s)])
+    gains = sera.results.gains_against(final, "sera", by=(), ks=[1, 4], n_resamples=500)
+    assert set(gains["method"]) == {"maxrl", "dapo"}
+    assert len(splot.plot_gains(gains).axes) == 2

@@ -9,6 +9,7 @@ from sera.plotting.allocation import (
     plot_waterline,
     plot_waterline_beta,
 )
+from sera.plotting.compare import plot_against_budget, plot_allocators, plot_gains
 from sera.plotting.fidelity import (
     plot_direction_tilt,
     plot_kappa_curves,
@@ -34,6 +35,9 @@ from sera.plotting.style import COLORS, new_figure, savefig
 __all__ = [
     "COLORS",
     "new_figure",
+    "plot_against_budget",
+    "plot_allocators",
+    "plot_gains",
     "plot_allocation_vs_estimate",
     "plot_allocation_vs_success",
     "plot_cosine_over_training",

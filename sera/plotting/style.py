@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 import os
 from pathlib import Path
 
@@ -40,6 +41,18 @@ RC = {
 DEFAULT_FOLDER = Path(os.environ.get("SERA_FIGURES", "figures"))
 
 
+class SeraFigure(Figure):
+    """A matplotlib Figure that shows itself as an image in any Jupyter front end: it renders
+    its own PNG, so it needs neither pyplot nor the inline backend to be loaded."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        with mpl.rc_context(RC):
+            self.savefig(buffer, format="png", dpi=RC["figure.dpi"],
+                         metadata={"Software": None})
+        return buffer.getvalue()
+
+
 def styled(plot):
     """Draw inside the house style. Figures are plain matplotlib Figures, not pyplot ones, so
     no global figure list grows; Jupyter displays them all the same."""
@@ -55,7 +68,7 @@ def styled(plot):
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 4.2, height: float = 3.2, **kw):
     """A figure in the house style: (fig, axes)."""
     with mpl.rc_context(RC):
-        fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+        fig = SeraFigure(figsize=(width * ncols, height * nrows), layout="constrained")
         axes = fig.subplots(nrows, ncols, **kw)
     return fig, axes
 

@@ -45,8 +45,9 @@ class ClassificationConfig(RunConfig):
     """One run of the exact-likelihood study."""
 
     method: ClassificationMethod = "sera"
-    """ce (the exact likelihood), maxrl, grpo, rloo, sera (waterline on historical estimates) or
-    sera-oracle (waterline on the exact p)."""
+    """ce (the exact likelihood), maxrl, grpo, rloo, sera (waterline on historical estimates),
+    sera-oracle (waterline on the exact p), or a rule SERA is compared with (see
+    sera.trainers.methods)."""
     data: Literal["digits", "cifar", "imagefolder"] = "digits"
     """digits (bundled with scikit-learn), cifar (a local python-format folder) or imagefolder
     (train/<class>/ and val/<class>/, e.g. ImageNet)."""
@@ -110,6 +111,9 @@ class ClassificationStudy:
                                          momentum=config.momentum,
                                          weight_decay=config.weight_decay)
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed + 1)
+        self.data_targets = _targets(self.data.train)
+        self._probs: dict = {}  # this step's softmax per image
+        self._pool: dict = {}  # this step's sampled labels per image
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -131,36 +135,66 @@ class ClassificationStudy:
         dtype = next(self.model.parameters()).dtype
         return images.to(self.device, dtype), targets.to(self.device)
 
-    def step(self, run: loop.Run, ids: np.ndarray, planner) -> loop.StepResult:
+    @torch.no_grad()
+    def exact(self, ids: np.ndarray) -> np.ndarray:
+        """Each image's exact success probability under the current (training-mode) model; the
+        probabilities are kept for sampling in this step."""
+        missing = [q for q in ids.tolist() if q not in self._probs]
+        if missing:
+            images, _ = self._batch(self.data.train, missing)
+            self.model.train()
+            probs = self._log_probs(images).exp()
+            self._probs.update(zip(missing, probs, strict=True))
+        targets = self.data_targets[ids]
+        return np.array([float(self._probs[q][t]) for q, t in zip(ids.tolist(), targets,
+                                                                 strict=True)])
+
+    def sample(self, run: loop.Run, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """counts[i] labels for image ids[i] from its softmax; kept for the update."""
+        if ids.size == 0:
+            return np.zeros(0)
+        self.exact(ids)  # the probabilities, if this step has not computed them yet
+        probs = torch.stack([self._probs[q] for q in ids.tolist()])
+        rows, labels = rollouts.sample_labels(probs, counts, self.generator)
+        targets = torch.as_tensor(self.data_targets[ids], device=self.device)
+        rewards = (labels == targets[rows]).double()
+        for q, chosen in zip(ids.tolist(), torch.split(labels, np.asarray(counts).tolist()),
+                             strict=True):
+            self._pool.setdefault(q, []).append(chosen)
+        return np.bincount(rows.cpu().numpy(), weights=rewards.cpu().numpy(),
+                           minlength=ids.size)
+
+    def update(self, run: loop.Run, outcome) -> None:
+        ids, allocation = outcome.ids, outcome.allocation
+        pool, self._pool, self._probs = self._pool, {}, {}
+        if ids.size == 0:
+            return
         images, targets = self._batch(self.data.train, ids)
         self.model.train()
         log_probs = self._log_probs(images)
         chosen = log_probs.gather(1, targets[:, None])[:, 0]
         exact_loss = -chosen.mean()  # the likelihood objective
         p_exact = chosen.detach().exp().double().cpu().numpy()
-        allocation = planner(p_exact)
-        successes = None
         if allocation is None:
             loss = exact_loss
         else:
-            counts = allocation.counts
-            rows, labels = rollouts.sample_labels(log_probs.detach().exp(), counts,
-                                                  self.generator)
-            rewards, values = rollouts.advantages(self.method.advantages, rows, labels,
-                                                  targets, counts)
+            labels = [torch.cat(pool[q]) for q in ids.tolist()]
+            counts = np.array([x.numel() for x in labels])
+            rows = torch.repeat_interleave(torch.arange(ids.size, device=self.device),
+                                           torch.as_tensor(counts, device=self.device))
+            labels = torch.cat(labels)
+            _, values = rollouts.advantages(self.method.advantages, rows, labels, targets,
+                                            counts)
             per_class = rollouts.class_weights(rows, labels, values, ids.size,
                                                self.data.n_classes)
             weights = torch.as_tensor(allocation.weights, device=self.device)
             loss = rollouts.collapsed_loss(log_probs, per_class, weights, int(counts.sum()))
-            successes = np.bincount(rows.cpu().numpy(), weights=rewards.cpu().numpy(),
-                                    minlength=ids.size)
         run.log("train_p", p_exact.mean())
         if run.step % self.config.cosine_every == 0:
             self._cosines(run, loss, exact_loss, chosen, p_exact, allocation)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
-        return loop.StepResult(allocation, successes, p_exact)
 
     def _cosines(self, run, loss, exact_loss, chosen, p_exact, allocation) -> None:
         """Cosine of the sampled update to the exact gradient and, for MaxRL-type advantages,
@@ -202,6 +236,15 @@ class ClassificationStudy:
         for k in PROFILE_K:
             run.log("pass", pass_at_k_analytic(p, k).mean(), k)
         return pd.DataFrame({"prompt": np.arange(p.size), "p": p})
+
+
+def _targets(dataset) -> np.ndarray:
+    """Every item's label, without loading the images where the dataset keeps them apart."""
+    if hasattr(dataset, "tensors"):
+        return dataset.tensors[1].numpy()
+    if hasattr(dataset, "targets"):
+        return np.asarray(dataset.targets)
+    return np.array([int(dataset[i][1]) for i in range(len(dataset))])
 
 
 def train(config: ClassificationConfig, callback=None) -> loop.Results:

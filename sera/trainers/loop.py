@@ -7,8 +7,10 @@ measurement; `fit` supplies the rest, the same way for all of them:
         at the end of an epoch: fold the outcomes into the history   (estimates change only here)
         every eval_every steps: evaluate
         draw the next batch (each epoch is a permutation; its last batch may be smaller)
-        study.step(batch, planner): the planner allocates through the method table
-        record the outcomes, the allocation and the diagnostics
+        the method's protocol gets the rollouts: plan and sample once (sera.trainers.methods), or
+            sample in rounds (sera.trainers.protocols)
+        study.update: one optimizer step on the rollouts the protocol kept
+        record the outcomes, the counts and the diagnostics
         every checkpoint_every steps: save everything, so a crash loses at most those steps
 
 Results are three long tables, every row carrying the run's keys (method, seed, n0, ...):
@@ -30,6 +32,7 @@ from sera.allocation import Allocation
 from sera.trainers import checkpoint
 from sera.trainers.config import RunConfig, as_dict
 from sera.trainers.methods import METHODS, plan
+from sera.trainers.protocols import PROTOCOLS, Outcome
 
 # The per-prompt record of every step: the estimate the allocation read (for uniform methods, the
 # history's estimate, kept for comparison), the rollouts, their successes, and the exact p where
@@ -42,16 +45,6 @@ class DegenerateRunError(RuntimeError):
     """A method that allocates from estimates fell back to uniform counts too often."""
 
 
-@dataclass
-class StepResult:
-    """What a study's step reports back: the allocation it used (None for the exact loss), the
-    successes per prompt, and the exact success probabilities where the task knows them."""
-
-    allocation: Allocation | None
-    successes: np.ndarray | None = None
-    exact: np.ndarray | None = None
-
-
 class Study(Protocol):
     """What a trainer supplies to the loop."""
 
@@ -62,7 +55,16 @@ class Study(Protocol):
 
     def load_state_dict(self, state: dict) -> None: ...
 
-    def step(self, run: Run, ids: np.ndarray, planner) -> StepResult: ...
+    def exact(self, ids: np.ndarray) -> np.ndarray | None:
+        """The exact success probabilities of these prompts, or None if the task has none."""
+
+    def sample(self, run: Run, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """Draw counts[i] rollouts of prompt ids[i], keep them for the update, and return the
+        successes per prompt."""
+
+    def update(self, run: Run, outcome: Outcome) -> None:
+        """One optimizer step on the kept rollouts of outcome.ids (all of the exact likelihood
+        when outcome.allocation is None), then forget this step's rollouts."""
 
     def evaluate(self, run: Run) -> None: ...
 
@@ -93,6 +95,7 @@ class Run:
         self.rows: list[tuple] = []  # (step, metric, k, value)
         self.allocations: list[tuple] = []  # one row per prompt and step: ALLOCATION_COLUMNS
         self.last_exact = np.full(study.n_prompts, np.nan)  # p at each prompt's last visit
+        self.allocator_state: dict = {}  # what stateful allocators keep across steps
 
     # ------------------------------------------------------------------ logging and tables
 
@@ -113,56 +116,75 @@ class Run:
     def epoch_finished(self) -> bool:
         return self.position >= self.study.n_prompts
 
-    def next_batch(self) -> np.ndarray:
-        """The next batch of this epoch's permutation, seeded by (seed, epoch)."""
+    def end_epoch(self) -> None:
+        """The epoch boundary: the history folds in the epoch's outcomes (estimates change only
+        here) and the next permutation begins."""
+        self.history.end_epoch()
+        self.epoch, self.position = self.epoch + 1, 0
+
+    def next_batch(self, size: int | None = None) -> np.ndarray:
+        """The next prompts of this epoch's permutation, seeded by (seed, epoch): batch_size of
+        them, fewer at the end of the epoch."""
         order = np.random.default_rng([self.config.seed, self.epoch]).permutation(
             self.study.n_prompts)
-        ids = order[self.position:self.position + self.config.batch_size]
+        ids = order[self.position:self.position + (size or self.config.batch_size)]
         self.position += ids.size
         return ids
 
-    def planner(self, ids: np.ndarray):
-        """plan(exact=None): the batch's Allocation; exact p is needed by sera-oracle only."""
+    def draw(self, size: int) -> np.ndarray:
+        """More prompts for a sequential protocol within a step, continuing the epoch's order
+        and crossing into the next epoch (with its boundary) when this one is used up."""
+        parts = []
+        while size > 0:
+            if self.epoch_finished():
+                self.end_epoch()
+            ids = self.next_batch(size)
+            parts.append(ids)
+            size -= ids.size
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-        def planner(exact: np.ndarray | None = None) -> Allocation | None:
-            if self.method.estimates == "exact":
-                if exact is None:
-                    raise ValueError(f"method {self.method.name!r} needs exact success "
-                                     f"probabilities, which this task does not provide")
-                estimates = exact
-            else:
-                estimates = self.history.estimate(ids)[0]
-            return plan(self.method, self.config.allocator, self.config.n0, ids, estimates,
-                        self.history)
-
-        return planner
+    def plan(self, ids: np.ndarray, exact: np.ndarray | None = None) -> Allocation | None:
+        """The batch's Allocation through the method table (exact p: sera-oracle only)."""
+        if self.method.estimates == "exact":
+            if exact is None:
+                raise ValueError(f"method {self.method.name!r} needs exact success "
+                                 f"probabilities, which this task does not provide")
+            estimates = exact
+        else:
+            estimates = self.history.estimate(ids)[0]
+        return plan(self.method, self.config.allocator, self.config.n0, ids, estimates,
+                    self.history, self.allocator_state)
 
     # ------------------------------------------------------------------ one step's records
 
-    def record(self, ids: np.ndarray, result: StepResult) -> None:
-        """Outcomes into the history (pending until the epoch ends), and the diagnostics that
-        every method shares. Per-prompt averages, so that methods with unequal counts compare."""
-        allocation = result.allocation
-        if result.exact is not None:
-            self._record_estimates(ids, allocation, result.exact)
+    def record(self, outcome: Outcome) -> None:
+        """Every sampled group into the history (pending until the epoch ends), and the
+        diagnostics every method shares, per prompt first so that unequal counts compare."""
+        ids, allocation = outcome.ids, outcome.allocation
+        if outcome.exact is not None:
+            self._record_estimates(ids, allocation, outcome.exact)
         if allocation is None:
             return
+        for sampled_ids, counts, successes in outcome.sampled:
+            self.history.record_groups(sampled_ids, successes, counts)
+        self.log("rollouts", outcome.generated)
         counts, kept = allocation.counts, allocation.retained
-        self.history.record_groups(ids, result.successes, counts)
-        rate = result.successes[kept] / counts[kept]
-        self.log("train_reward", rate.mean())
-        self.log("mixed_groups", np.mean((rate > 0) & (rate < 1)))
-        self.log("allocation_spread", counts[kept].std() / self.config.n0)
-        self.log("retained", kept.mean())
+        self.log("prompts", int(kept.sum()))
+        if kept.any():
+            rate = outcome.successes[kept] / counts[kept]
+            self.log("train_reward", rate.mean())
+            self.log("mixed_groups", np.mean((rate > 0) & (rate < 1)))
+            self.log("allocation_spread", counts[kept].std() / self.config.n0)
+        self.log("retained", kept.mean() if kept.size else 0.0)
         allocated = allocation.method != "uniform"
         if self.method.allocator == "waterline":
             self.log("allocated", float(allocated))
             if self.config.allocator.u_min is not None and allocated:
                 self.log("safeguard_fallback", float(allocation.fallback))
-        exact = result.exact if result.exact is not None else np.full(ids.size, np.nan)
+        exact = outcome.exact if outcome.exact is not None else np.full(ids.size, np.nan)
         self.allocations.extend(
             (self.step, self.epoch, int(q), float(e), int(n), allocated, float(s), float(x))
-            for q, e, n, s, x in zip(ids, allocation.p, counts, result.successes, exact,
+            for q, e, n, s, x in zip(ids, allocation.p, counts, outcome.successes, exact,
                                      strict=True))
 
     def _record_estimates(self, ids, allocation, exact) -> None:
@@ -183,7 +205,8 @@ class Run:
         return {"study": self.study.state_dict(), "history": self.history.state_dict(),
                 "step": self.step, "epoch": self.epoch, "position": self.position,
                 "finished": self.finished, "rows": self.rows, "allocations": self.allocations,
-                "last_exact": self.last_exact, "config": as_dict(self.config)}
+                "last_exact": self.last_exact, "allocator_state": self.allocator_state,
+                "config": as_dict(self.config)}
 
     def load_state_dict(self, state: dict) -> None:
         self.study.load_state_dict(state["study"])
@@ -192,6 +215,7 @@ class Run:
         self.finished = state["finished"]
         self.rows, self.allocations = list(state["rows"]), list(state["allocations"])
         self.last_exact = np.asarray(state["last_exact"], dtype=float)
+        self.allocator_state = state["allocator_state"]
 
 
 def _log_agreement(run: Run, name: str, estimate, exact) -> None:
@@ -223,14 +247,15 @@ def fit(study: Study, callback=None) -> Results:
         run.finished = run.finished and run.step >= config.steps  # more steps were asked for
     (out / "config.json").write_text(json.dumps(as_dict(config), indent=2))
     bar = _progress(config, run.step)
+    protocol = PROTOCOLS[run.method.protocol]
     while run.step < config.steps:
         if run.epoch_finished():
-            run.history.end_epoch()  # the epoch boundary: estimates change only here
-            run.epoch, run.position = run.epoch + 1, 0
+            run.end_epoch()  # the epoch boundary: estimates change only here
         if run.step % config.eval_every == 0:
             study.evaluate(run)
-        ids = run.next_batch()
-        run.record(ids, study.step(run, ids, run.planner(ids)))
+        outcome = protocol(run, study, run.next_batch())
+        study.update(run, outcome)
+        run.record(outcome)
         run.step += 1
         if run.step % config.checkpoint_every == 0 and run.step < config.steps:
             _save(run, out)

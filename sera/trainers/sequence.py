@@ -48,7 +48,8 @@ class SequenceConfig(RunConfig):
     """The RL stage of a sequence study (and its supervised warm-up)."""
 
     method: SequenceMethod = "sera"
-    """maxrl, grpo, rloo (n0 rollouts each) or sera (waterline on historical estimates)."""
+    """maxrl, grpo, rloo (n0 rollouts each), sera (waterline on historical estimates), or a
+    rule SERA is compared with (see sera.trainers.methods)."""
     n0: int = 8
     batch_size: int = 16
     steps: int = 60
@@ -117,6 +118,8 @@ class SequenceStudy:
         self.training = Sampling(temperature=config.temperature, **common)
         self.evaluation = Sampling(temperature=config.eval_temperature,
                                    top_p=config.eval_top_p, **common)
+        self._pool: dict = {}  # this step's (response, reward) pairs per prompt
+        self._calls = 0  # sampling calls in this step (each gets its own seed)
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -126,24 +129,48 @@ class SequenceStudy:
         self.optimizer.load_state_dict(state["optimizer"])
         self.engine.sync(self.model)
 
-    def _sample(self, prompts, counts, sampling, stream: int, step: int):
-        seed = int(np.random.default_rng([self.config.seed, stream, step]).integers(2**31))
+    def _sample(self, prompts, counts, sampling, stream: int, step: int, call: int = 0):
+        key = [self.config.seed, stream, step] + ([call] if call else [])
+        seed = int(np.random.default_rng(key).integers(2**31))
         return self.engine.generate(prompts, counts, sampling, seed)
 
-    def step(self, run: loop.Run, ids: np.ndarray, planner) -> loop.StepResult:
-        config, task = self.config, self.task
-        allocation = planner()
-        counts = allocation.counts
-        owner = np.repeat(np.arange(ids.size), counts)
+    def exact(self, ids: np.ndarray) -> None:
+        """A sequence task does not know its success probabilities."""
+        return None
+
+    def sample(self, run: loop.Run, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """counts[i] responses to prompt ids[i], scored and kept for the update."""
+        if ids.size == 0:
+            return np.zeros(0)
+        task = self.task
         prompts = [task.train_prompts[i] for i in ids]
-        responses = self._sample(prompts, counts, self.training, stream=0, step=run.step)
+        call = self._calls
+        self._calls += 1
+        responses = self._sample(prompts, counts, self.training, stream=0, step=run.step,
+                                 call=call)
+        owner = np.repeat(np.arange(ids.size), counts)
         rewards = np.array([task.reward("train", int(ids[o]), r)
                             for o, r in zip(owner, responses, strict=True)])
+        for o, response, reward in zip(owner, responses, rewards, strict=True):
+            self._pool.setdefault(int(ids[o]), []).append((response, float(reward)))
+        return np.bincount(owner, weights=rewards, minlength=ids.size)
+
+    def update(self, run: loop.Run, outcome) -> None:
+        config, task = self.config, self.task
+        ids, allocation = outcome.ids, outcome.allocation
+        pool, self._pool, self._calls = self._pool, {}, 0
+        if ids.size == 0:
+            return
+        groups = [pool[q] for q in ids.tolist()]
+        counts = np.array([len(g) for g in groups])
+        owner = np.repeat(np.arange(ids.size), counts)
+        responses = [r for g in groups for r, _ in g]
+        rewards = np.array([reward for g in groups for _, reward in g])
         advantages = self.method.advantages(rewards, sizes=counts[counts > 0])
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        _, entropy = sequence_loss(self.model, [prompts[o] for o in owner], responses,
-                                   advantages, allocation.weights[owner], config.agg,
+        _, entropy = sequence_loss(self.model, [task.train_prompts[ids[o]] for o in owner],
+                                   responses, advantages, allocation.weights[owner], config.agg,
                                    config.max_new_tokens, task.pad_token_id, config.micro_batch,
                                    temperature=config.temperature)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
@@ -156,8 +183,6 @@ class SequenceStudy:
         run.log("token_entropy", per_prompt(entropy).mean())
         run.log("response_length", per_prompt(lengths).mean())
         run.log("grad_norm", float(norm))
-        successes = np.bincount(owner, weights=rewards, minlength=ids.size)
-        return loop.StepResult(allocation, successes)
 
     def correct_counts(self, samples: int, stream: int, step: int) -> np.ndarray:
         """Correct responses out of `samples` for every held-out prompt."""

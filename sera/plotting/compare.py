@@ -1,0 +1,110 @@
+"""Figures of SERA beside the rollout allocators and estimators it is compared with.
+
+Used by notebooks/06_allocators_compared.ipynb. Methods known only from an abstract carry
+"recon" in their names, and so in every legend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sera.allocation import allocate
+from sera.plotting.style import new_figure, styled
+
+# One colour per family: SERA red, MaxRL and its estimator variants blue, the allocation rules
+# each their own; `-maxrl` variants of a rule share its colour, dashed.
+PALETTE = {"sera": "#d62728", "sera-oracle": "#ff9896", "maxrl": "#1f77b4", "grpo": "#2ca02c",
+           "reweight": "#9467bd", "knapsack": "#8c564b", "gvm": "#e377c2", "dars-hw": "#7f7f7f",
+           "dars-et": "#bcbd22", "dars-hw-2stage": "#17becf", "dapo": "#ff7f0e",
+           "cero-recon": "#393b79", "sara-recon": "#637939", "rl2ml-0.5": "#6baed6",
+           "rl2ml-2": "#08519c", "rloo": "#98df8a", "ce": "#404040"}
+
+
+def method_style(name: str) -> dict:
+    base = name.removesuffix("-maxrl")
+    return {"color": PALETTE.get(base, "#7f7f7f"), "ls": "--" if name.endswith("-maxrl") else "-"}
+
+
+@styled
+def plot_allocators(p, budget: int, n_min: int, n_max: int, methods):
+    """Each allocation rule's counts against p on one batch at the same budget (a line per rule,
+    prompts sorted by p), with the uniform count for reference."""
+    p = np.sort(np.asarray(p, dtype=float))
+    fig, ax = new_figure(width=5.6, height=3.4)
+    for method in methods:
+        counts = allocate(p, budget, n_min, n_max, method=method).counts
+        name = "sera (exact)" if method == "exact" else "sera" if method == "paper" else method
+        style = method_style("sera" if method in ("paper", "exact") else method)
+        if method == "exact":
+            style["ls"] = ":"
+        ax.plot(p, counts, marker="o", ms=3, label=name, **style)
+    ax.axhline(budget / p.size, color="#404040", lw=0.8, ls=":", label="uniform N0")
+    ax.set(xscale="log", yscale="log", xlabel="success probability p (log)",
+           ylabel="rollouts N_q (log)",
+           title=f"B = {p.size}, M = {budget}, {n_min} <= N <= {n_max}")
+    ticks = [t for t in (2, 4, 8, 16, 32, 64, 128) if t <= n_max]
+    ax.set_yticks(ticks, labels=[str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.legend(loc="upper right", fontsize=7, ncols=2)
+    return fig
+
+
+def _series(metrics: pd.DataFrame, metric: str, k=None) -> pd.DataFrame:
+    rows = metrics[metrics["metric"] == metric]
+    if k is not None:
+        rows = rows[rows["k"] == k]
+    return rows
+
+
+@styled
+def plot_against_budget(metrics: pd.DataFrame, metric: str = "val_pass", k: int | None = 1,
+                        methods=None, smooth: int = 1, ylabel: str | None = None):
+    """One metric along training per method (mean over seeds), against optimizer steps (left)
+    and against the rollouts generated so far (right): a method that samples more per step
+    shows its cost on the right."""
+    rollouts = metrics[metrics["metric"] == "rollouts"].copy()
+    rollouts["spent"] = rollouts.sort_values("step").groupby(["method", "seed"])["value"].cumsum()
+    spent = rollouts.groupby(["method", "step"])["spent"].mean()
+    rows = _series(metrics, metric, k)
+    methods = methods or list(dict.fromkeys(rows["method"]))
+    fig, (left, right) = new_figure(ncols=2, width=3.9, height=3.1)
+    for method in methods:
+        series = rows[rows["method"] == method].groupby("step")["value"].mean()
+        if series.empty:
+            continue
+        if smooth > 1:
+            series = series.rolling(smooth, min_periods=1).mean()
+        style = method_style(method)
+        left.plot(series.index, series.values, label=method, **style)
+        if method in spent.index.get_level_values(0):
+            # evaluations run before the step: read the rollouts spent by the steps before
+            before = spent[method].reindex(series.index - 1).fillna(0).to_numpy()
+            right.plot(before, series.values, **style)
+    label = ylabel or (f"{metric} @ {k}" if k is not None else metric)
+    left.set(xlabel="optimizer step", ylabel=label)
+    right.set(xlabel="rollouts generated", ylabel=label)
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 5),
+               fontsize=7)
+    return fig
+
+
+@styled
+def plot_gains(gains: pd.DataFrame, reference: str = "sera"):
+    """Each method minus the reference with paired bootstrap 95% intervals, one panel per K
+    (gains: sera.results.paired_gain rows with a method column)."""
+    ks = sorted(gains["k"].unique())
+    fig, axes = new_figure(ncols=len(ks), width=3.0, height=0.32 * gains["method"].nunique() + 1,
+                           squeeze=False)
+    order = list(dict.fromkeys(gains.sort_values("gain")["method"]))
+    for ax, k in zip(axes[0], ks, strict=True):
+        rows = gains[gains["k"] == k].set_index("method").reindex(order)
+        y = np.arange(len(order))
+        colors = [method_style(m)["color"] for m in order]
+        ax.hlines(y, rows["low"], rows["high"], colors=colors, lw=2)
+        ax.scatter(rows["gain"], y, c=colors, s=14, zorder=3)
+        ax.axvline(0, color="#404040", lw=0.8)
+        ax.set(title=f"Pass@{k}", xlabel=f"method - {reference}")
+        ax.set_yticks(y, labels=order if ax is axes[0][0] else [""] * len(order))
+    return fig
