@@ -93,7 +93,7 @@ def test_a_degenerate_run_fails_loudly_after_saving(tmp_path):
     assert saved.loc[saved["metric"] == "allocated_share", "value"].item() == pytest.approx(3 / 9)
 
 
-@pytest.mark.parametrize("method", ["sera", "cero-recon", "knapsack"])
+@pytest.mark.parametrize("method", ["sera", "cero-reconstruction", "knapsack"])
 def test_resumed_run_matches_an_uninterrupted_one(tmp_path, method):
     whole = loop.fit(Coins(_config(tmp_path, method=method, out=str(tmp_path / "a")), P))
 
@@ -147,7 +147,7 @@ def test_two_stage_tops_up_hard_prompts_from_the_pilot(tmp_path):
 
 def test_probe_commit_spends_the_budget_on_committed_prompts(tmp_path):
     p = np.r_[np.full(10, 0.01), np.full(10, 0.5), np.full(10, 0.99)]
-    study = Coins(_config(tmp_path, method="sara-recon", steps=4, batch_size=6, n0=6), p)
+    study = Coins(_config(tmp_path, method="sara-reconstruction", steps=4, batch_size=6, n0=6), p)
     results = loop.fit(study)
     rollouts = results.metrics[results.metrics["metric"] == "rollouts"]["value"]
     assert (rollouts <= 36).all()  # never over the budget B * n0

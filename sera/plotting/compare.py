@@ -1,7 +1,7 @@
 """Figures of SERA beside the rollout allocators and estimators it is compared with.
 
 Used by notebooks/06_allocators_compared.ipynb. Methods known only from an abstract carry
-"recon" in their names, and so in every legend.
+"reconstruction" in their names, and so in every legend and table.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from sera.plotting.style import new_figure, styled
 PALETTE = {"sera": "#d62728", "sera-oracle": "#ff9896", "maxrl": "#1f77b4", "grpo": "#2ca02c",
            "reweight": "#9467bd", "knapsack": "#8c564b", "gvm": "#e377c2", "dars-hw": "#7f7f7f",
            "dars-et": "#bcbd22", "dars-hw-2stage": "#17becf", "dapo": "#ff7f0e",
-           "cero-recon": "#393b79", "sara-recon": "#637939", "rl2ml-0.5": "#6baed6",
-           "rl2ml-2": "#08519c", "rloo": "#98df8a", "ce": "#404040"}
+           "cero-reconstruction": "#393b79", "sara-reconstruction": "#637939",
+           "rl2ml-0.5-reconstruction": "#6baed6", "rl2ml-2-reconstruction": "#08519c",
+           "rloo": "#98df8a", "ce": "#404040"}
 
 
 def method_style(name: str) -> dict:

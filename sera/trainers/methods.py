@@ -6,7 +6,8 @@ means the same thing in every trainer: `sera` allocates from historical estimate
 `sera-oracle` from the exact success probabilities where a task knows them. The rules SERA is
 compared with (shared/ALLOCATORS.md) come with their own estimator and weighting, and where it
 separates the allocation rule from the estimator also as `<rule>-maxrl` (MaxRL advantages with
-the multiplicity weights n0 / N_q). Names ending in `-recon` are reconstructions from an abstract.
+the multiplicity weights n0 / N_q). Names ending in `-reconstruction` are reconstructions from
+an abstract.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _entries():
                      partial(rl2ml_advantages, alpha=0.0),
                      f"DARS-{schedule.upper()} matched to the budget from history, "
                      f"A = r - mean, no weights", weighted=False)
-    yield Method("cero-recon", "history", "cero", maxrl_advantages,
+    yield Method("cero-reconstruction", "history", "cero", maxrl_advantages,
                  "CERO, myopic (reconstruction): posterior variance x saturating utility of "
                  "cumulative rollouts, MaxRL x n0 / N_q")
     for rule in ("knapsack", "gvm", "dars-hw"):
@@ -101,11 +102,11 @@ def _entries():
     yield Method("dars-hw-2stage", "none", "sequential", partial(rl2ml_advantages, alpha=0.0),
                  "DARS-HW as published: pilot n0, top-up to n0 / (2a); A = r - mean; not "
                  "matched to the budget", weighted=False, protocol="two-stage")
-    yield Method("sara-recon", "history", "sequential", grpo_advantages,
+    yield Method("sara-reconstruction", "history", "sequential", grpo_advantages,
                  "SARA-style probe / commit / abandon on the Beta posterior (reconstruction); "
                  "GRPO on committed groups", weighted=False, protocol="probe-commit")
     for alpha in (0.5, 2.0):
-        yield Method(f"rl2ml-{alpha:g}", "none", "uniform",
+        yield Method(f"rl2ml-{alpha:g}-reconstruction", "none", "uniform",
                      partial(rl2ml_advantages, alpha=alpha),
                      f"RL2ML's alpha = {alpha:g} estimator (reconstruction), n0 each")
 
