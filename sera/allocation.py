@@ -145,7 +145,7 @@ def _integer(p, budget, lo, hi, method, h=None, ordered=None, n0=None):
     solution = solve(hazard(p) if h is None else h, budget, lo, hi, ordered,
                      bracket=method == "exact", own=h is None)
     if method == "paper":
-        counts = round_paper(solution, budget, hi)
+        counts = round_paper(solution, budget, hi, scratch=h is None)
     else:
         counts = round_exact(solution, budget, lo, hi)
     return counts, solution.counts, solution.lam

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# When sum(1/h) could come near overflow (h near 1e-300 and below), the hazards are scaled up by
-# a power of two, which is exact and changes only the units of lam.
-_HEADROOM = 2.0**-1000
+# When sum(1/h) could come within 16x of overflow (n / h_min > 2**1020), the hazards are scaled
+# up by a power of two, which is exact and changes only the units of lam.
+_HEADROOM = 2.0**-1020
 
 
 def hazard(p: np.ndarray) -> np.ndarray:
@@ -190,14 +190,15 @@ def solve(h: np.ndarray, budget: int, lo: int, hi: int, ordered: np.ndarray | No
     return done(counts, lam, True, t_low)
 
 
-def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
+def round_paper(solution: Solution, budget: int, hi: int, scratch: bool = False) -> np.ndarray:
     """The paper's exact-budget rounding: floor, then one extra rollout each to the prompts whose
     one-increment squared fidelity error (kappa(p, f + 1) - level)^2 is smallest (f the floor).
 
     Every eligible prompt has kappa(p, f + 1) >= level (its continuous count lies in [f, f + 1),
     or it sits at n_min above the level), so the smallest errors are the smallest
     kappa(p, f + 1) = 1 - exp(-f h): ranking f * h picks the same prompts without an exp.
-    Ties go to the lowest index.
+    Ties go to the lowest index. scratch: solution.h may be overwritten (the caller is done with
+    it), which saves computing the keys twice.
     """
     work = np.add(solution.counts, 1e-9)
     counts = work.astype(np.int64)  # floor; a hair below k is k
@@ -213,11 +214,16 @@ def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
         key[full] = np.inf  # not eligible
         return key
 
-    # Partitioned in place and computed again: cheaper than a fresh copy of B floats.
     key = keys()
-    key.partition(short - 1)
-    cut = key[short - 1]
-    key = keys()
+    if scratch:  # partition a copy in h's memory, which the caller is done with
+        np.copyto(solution.h, key)
+        ranked = solution.h
+    else:  # partition in place, then compute the keys again: cheaper than a fresh copy
+        ranked = key
+    ranked.partition(short - 1)
+    cut = ranked[short - 1]
+    if not scratch:
+        key = keys()
     below = key < cut
     missing = short - int(np.count_nonzero(below))
     counts += below
