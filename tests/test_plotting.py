@@ -53,9 +53,9 @@ def test_waterline_slider_over_its_range(a, b, batch, n0, n_min, n_max, method):
     assert sum(heights) == pytest.approx(batch * n0)
 
 
-def test_waterline_slider_rejects_infeasible_bounds_clearly():
-    with pytest.raises(ValueError, match="budget=.* is infeasible"):
-        splot.plot_waterline_beta(1, 1, batch=8, n0=2, n_min=4, n_max=64)
+def test_waterline_slider_says_why_it_cannot_draw():
+    fig = splot.plot_waterline_beta(1, 1, batch=8, n0=2, n_min=4, n_max=64)
+    assert "N0 must lie between N_min = 4 and N_max = 64" in fig.axes[0].texts[0].get_text()
 
 
 @pytest.mark.parametrize("u_min", [0.0, 0.3, 0.95])

@@ -6,6 +6,7 @@ from sera.plotting.allocation import (
     plot_reweighting,
     plot_rounding_gap,
     plot_safeguard,
+    plot_safeguard_beta,
     plot_waterline,
     plot_waterline_beta,
 )
@@ -30,10 +31,11 @@ from sera.plotting.study import (
     plot_passk_profile,
     plot_validation_over_training,
 )
-from sera.plotting.style import COLORS, new_figure, savefig
+from sera.plotting.style import COLORS, message_figure, new_figure, savefig
 
 __all__ = [
     "COLORS",
+    "message_figure",
     "new_figure",
     "plot_against_budget",
     "plot_allocators",
@@ -57,6 +59,7 @@ __all__ = [
     "plot_rounding_gap",
     "plot_training_diagnostics",
     "plot_safeguard",
+    "plot_safeguard_beta",
     "plot_waterline",
     "plot_waterline_beta",
     "savefig",

@@ -10,7 +10,14 @@ from matplotlib import colormaps
 
 from sera.allocation import allocate, waterline
 from sera.fidelity import mixed_probability
-from sera.plotting.style import COLORS, new_figure, styled
+from sera.plotting.style import (
+    COLORS,
+    count_ticks,
+    integer_ticks,
+    message_figure,
+    new_figure,
+    styled,
+)
 
 
 @styled
@@ -28,22 +35,28 @@ def plot_waterline(p, budget: int, n_min: int = 2, n_max: int | None = None,
     top.axhline(budget / p.size, color=COLORS["uniform"], ls=":", lw=1,
                 label=f"uniform N0 = {budget / p.size:g}")
     top.set(ylabel="rollouts N_q", title=f"B = {p.size}, budget M = {budget}, "
-            f"N_min = {n_min}, N_max = {n_max}")
+            f"N_min = {n_min}, N_max = {n_max}", ylim=(0, result.counts.max() * 1.35))
     top.legend(loc="upper right", ncols=3, fontsize=7)
     bottom.bar(x, result.fidelity, color="#8fb6d9", label="kappa(p_q, N_q)")
     bottom.axhline(result.level, color="#d62728", lw=1.5,
                    label=f"water level c = {result.level:.3f}")
     bottom.plot(x, p, ".", color="#404040", ms=3, label="p_q")
     bottom.set(xlabel="prompts, sorted by success probability", ylabel="fidelity",
-               ylim=(0, 1.05))
-    bottom.legend(loc="upper left", ncols=3, fontsize=7)
+               ylim=(0, 1.4))
+    bottom.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
+    bottom.legend(loc="upper left", ncols=3, fontsize=7)  # above 1, clear of the bars
+    integer_ticks(bottom.xaxis)
     return fig
 
 
 @styled
 def plot_waterline_beta(a: float = 0.5, b: float = 1.5, batch: int = 32, n0: int = 8,
                         n_min: int = 2, n_max: int = 64, method: str = "paper", seed: int = 0):
-    """The waterline for a batch with p drawn from Beta(a, b) (the sliders' entry point)."""
+    """The waterline for a batch with p drawn from Beta(a, b) (the sliders' entry point). A
+    setting whose budget B * n0 does not fit the bounds shows a message instead."""
+    if not n_min <= n0 <= n_max:
+        return message_figure(f"The budget B x N0 = {batch} x {n0} does not fit the bounds: "
+                              f"N0 must lie between N_min = {n_min} and N_max = {n_max}.")
     p = np.random.default_rng(seed).beta(a, b, batch)
     return plot_waterline(p, batch * n0, n_min, min(n_max, batch * n0), method)
 
@@ -81,6 +94,7 @@ def plot_allocation_vs_success(n0s=(4, 8, 16, 32), batch: int = 128, n_min: int 
         ax.plot(p, counts, ".", color=color, ms=3)
     ax.set(xlabel="success probability p", ylabel="rollouts N_q", yscale="log",
            title=f"Allocation against success (B = {batch}, N_max = {n_max})")
+    count_ticks(ax, n_max)
     ax.legend(loc="upper right")
     return fig
 
@@ -108,20 +122,33 @@ def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float
 
 
 @styled
+def plot_safeguard_beta(a: float = 0.4, b: float = 1.5, batch: int = 40, n0: int = 8,
+                        n_max: int = 64, u_min: float = 0.3, seed: int = 0):
+    """plot_safeguard for a batch with p drawn from Beta(a, b) (the sliders' entry point); a
+    budget that does not fit the bounds shows a message instead."""
+    if not 2 <= n0 <= n_max:
+        return message_figure(f"The budget B x N0 = {batch} x {n0} does not fit the bounds: "
+                              f"N0 must lie between N_min = 2 and N_max = {n_max}.")
+    p = np.random.default_rng(seed).beta(a, b, batch)
+    return plot_safeguard(p, batch * n0, 2, n_max, u_min)
+
+
+@styled
 def plot_budget_concentration(table):
     """budget_concentration's table: the lowest prompt's share of the budget and the level
     left for the batch, as its success probability goes to zero."""
     fig, (left, right) = new_figure(ncols=2, width=3.8, height=3.0)
     left.plot(table["p_low"], table["share_of_budget"], "o-", color=COLORS["sera"])
     left.set(xscale="log", xlabel="lowest success probability", ylabel="share of the budget",
-             title="one hard prompt's share")
+             title="one hard prompt's share", ylim=(0, 1.05))
     right.plot(table["p_low"], table["level"], "o-", color=COLORS["maxrl"],
                label="water level c")
     right.plot(table["p_low"], table["min_kappa_others"], "s--", color="#404040", ms=3,
                label="min kappa, other prompts")
     right.set(xscale="log", xlabel="lowest success probability", ylabel="fidelity",
-              title="what the rest is left with")
-    right.legend(loc="lower right")
+              title="what the rest is left with", ylim=(0, 1.3))
+    right.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
+    right.legend(loc="upper center", fontsize=7, ncols=2)  # above 1, clear of the lines
     return fig
 
 

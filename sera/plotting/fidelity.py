@@ -10,7 +10,7 @@ from matplotlib import colormaps
 
 from sera.allocation import waterline
 from sera.fidelity import kappa, mixed_probability, rollouts_for_fidelity
-from sera.plotting.style import new_figure, styled
+from sera.plotting.style import integer_ticks, new_figure, styled
 
 P_GRID = np.linspace(0.0, 1.0, 401)
 
@@ -45,6 +45,7 @@ def plot_kappa_slider(p: float = 0.1, n: int = 8):
     left.bar(k[~kept], values[~kept], color="#c7c7c7", label="truncated")
     left.set(xlabel="series term k", ylabel="(1-p)^(k-1)",
              title=f"kappa = p * kept sum = {p * values[kept].sum():.3f}")
+    integer_ticks(left.xaxis)
     left.legend(loc="upper right")
     right.plot(P_GRID, kappa(P_GRID, n), color="#1f77b4", label="centered")
     right.plot(P_GRID, kappa(P_GRID, n, centered=False), color="#1f77b4", ls="--",
@@ -94,10 +95,12 @@ def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg
         ax.annotate("", xy=(x, y), xytext=(0, 0),
                     arrowprops=dict(arrowstyle="-|>", color=color, lw=2.0))
         ax.plot([], [], color=color, lw=2.0, label=label)
-    top = max(np.abs(v["exact"]).max(), 1.0) * 1.15
-    ax.set(xlim=(-0.1, top), ylim=(-0.1, top), aspect="equal",
+    # Every arrow in view, whatever the angle (above 90 degrees g2 points left).
+    points = np.array([[0.0, 0.0]] + [v[key] for key, _, _ in arrows])
+    low, high = points.min(axis=0) - 0.15, points.max(axis=0) + 0.15
+    ax.set(xlim=(low[0], high[0]), ylim=(low[1], high[1] + 0.6), aspect="equal",
            title=f"kappa1 = {v['kappa'][0]:.2f}, kappa2 = {v['kappa'][1]:.2f}")
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(loc="upper center", fontsize=7, ncols=1)
     return fig
 
 

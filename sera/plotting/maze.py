@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sera.plotting.style import COLORS, new_figure, styled
+from sera.plotting.style import COLORS, count_ticks, new_figure, styled
 
 DIAGNOSTICS = [("train_reward", "training reward"), ("mixed_groups", "mixed groups"),
                ("token_entropy", "token entropy"), ("response_length", "response length"),
@@ -37,7 +37,7 @@ def _trace(grid: np.ndarray, tokens) -> list[tuple[int, int]]:
 def plot_maze_paths(grid: np.ndarray, answers: list[list[str]], rewards, title: str = ""):
     """A maze (walls dark) with sampled answers drawn on it: correct paths green, failures red
     (each ends where it stopped, hit a wall or left the grid)."""
-    fig, ax = new_figure(width=3.6, height=3.6)
+    fig, ax = new_figure(width=4.8, height=3.4)
     ax.imshow(grid, cmap="Greys", vmin=0, vmax=1.4)
     rng = np.random.default_rng(0)
     for tokens, reward in zip(answers, rewards, strict=True):
@@ -51,7 +51,7 @@ def plot_maze_paths(grid: np.ndarray, answers: list[list[str]], rewards, title: 
     ax.plot([], [], color="#d62728", label=f"failed ({len(rewards) - int(np.sum(rewards))})")
     ax.set(xticks=[], yticks=[], title=title)
     ax.grid(False)
-    ax.legend(loc="upper right", fontsize=6, framealpha=0.9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=7, frameon=False)
     return fig
 
 
@@ -72,7 +72,7 @@ def plot_maze_validation(metrics: pd.DataFrame, ks=(1, 16)):
                     ls=AGG_STYLE.get(agg, "-"), marker="o", ms=3, label=f"{method} {agg}")
         ax.set(xlabel="RL step", ylabel=f"validation Pass@{k}")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=3)
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, handlelength=3.5)
     return fig
 
 
@@ -89,7 +89,8 @@ def plot_maze_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = None):
         ax.plot(rows["k"], rows["pass@k"], color=COLORS.get(method, "#7f7f7f"),
                 ls=AGG_STYLE.get(agg, "-"), marker="o", ms=3, label=f"{method} {agg}")
     ax.set(xscale="log", xlabel="K", ylabel="final Pass@K (held-out mazes)")
-    ax.legend(loc="lower right", fontsize=7)
+    count_ticks(ax, profile["k"].max(), which="x")
+    ax.legend(loc="lower right", fontsize=7, handlelength=3.5)
     if gains is not None:
         ax = axes[0][1]
         for agg, rows in gains.groupby("agg", sort=False):
@@ -99,7 +100,8 @@ def plot_maze_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = None):
                         capsize=2, label=agg)
         ax.axhline(0, color="#404040", lw=0.8)
         ax.set(xscale="log", xlabel="K", ylabel="SERA - MaxRL", title="paired bootstrap 95%")
-        ax.legend(loc="best", fontsize=7)
+        count_ticks(ax, gains["k"].max(), which="x")
+        ax.legend(loc="best", fontsize=7, handlelength=3.5)
     return fig
 
 

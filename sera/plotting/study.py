@@ -158,5 +158,6 @@ def plot_history_estimates(snapshot: pd.DataFrame, metrics: pd.DataFrame | None 
                                          "value"].min()))
         ax.set(xlabel="step", ylabel="MAE, Pearson (mean over runs)",
                title="estimates along training", ylim=(low - 0.02, 1.0))
-        ax.legend(loc="lower left", fontsize=7, ncols=2)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=7, ncols=2,
+                  frameon=False)
     return fig

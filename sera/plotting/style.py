@@ -17,7 +17,7 @@ COLORS = {
     "grpo": "#2ca02c",
     "ce": "#404040",
     "reweight": "#9467bd",
-    "exact": "#404040",
+    "exact": "#8c1c13",
     "paper": "#ff7f0e",
     "uniform": "#1f77b4",
 }
@@ -51,6 +51,34 @@ class SeraFigure(Figure):
             self.savefig(buffer, format="png", dpi=RC["figure.dpi"],
                          metadata={"Software": None})
         return buffer.getvalue()
+
+
+def message_figure(text: str, width: float = 6.0, height: float = 2.0):
+    """A figure that only says something: what a slider shows for a setting it cannot draw
+    (an infeasible budget, say), in place of a traceback."""
+    fig, ax = new_figure(width=width, height=height)
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=10,
+            transform=ax.transAxes)
+    return fig
+
+
+def integer_ticks(axis) -> None:
+    """Whole-number ticks only (for counts and indices)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
+
+
+def count_ticks(ax, largest: float, which: str = "y") -> None:
+    """Readable ticks 1, 2, 4, 8, ... up to `largest` on a log-scaled count axis."""
+    ticks = [t for t in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+             if t <= largest * 1.05]
+    if which == "y":
+        ax.set_yticks(ticks, labels=[str(t) for t in ticks])
+    else:
+        ax.set_xticks(ticks, labels=[str(t) for t in ticks])
+    ax.minorticks_off()
 
 
 def styled(plot):

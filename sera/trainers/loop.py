@@ -215,7 +215,7 @@ class Run:
         self.finished = state["finished"]
         self.rows, self.allocations = list(state["rows"]), list(state["allocations"])
         self.last_exact = np.asarray(state["last_exact"], dtype=float)
-        self.allocator_state = state["allocator_state"]
+        self.allocator_state = state.get("allocator_state", {})
 
 
 def _log_agreement(run: Run, name: str, estimate, exact) -> None:

@@ -1,0 +1,67 @@
+"""The notebooks' sliders, driven without a browser: every control to its ends and the two-slider
+combinations that once reached an infeasible budget; each move must redraw (a new figure) and
+never raise. tests/test_browser.py drives the same controls in JupyterLab."""
+
+import time
+
+import pytest
+from matplotlib.figure import Figure
+
+ipywidgets = pytest.importorskip("ipywidgets")
+import sera.widgets  # noqa: E402
+
+
+def _controls(explorer):
+    return {name: widget for name, widget in zip(explorer.kwargs, explorer.kwargs_widgets,
+                                                  strict=True)}
+
+
+def _move(explorer, widget, value):
+    before, old = explorer.result, widget.value
+    start = time.perf_counter()
+    widget.value = value
+    seconds = time.perf_counter() - start
+    assert isinstance(explorer.result, Figure)
+    if widget.value != old:  # a move (not to where it already was) redraws
+        assert explorer.result is not before, f"{widget.description} = {value} did not redraw"
+    return seconds
+
+
+@pytest.mark.parametrize("name", sorted(sera.widgets.EXPLORERS))
+def test_every_control_redraws_at_its_ends(name):
+    explorer = sera.widgets.EXPLORERS[name]()
+    assert isinstance(explorer.result, Figure)
+    times = []
+    for key, control in _controls(explorer).items():
+        assert control.description != key and " " in control.description  # readable labels
+        values = list(control.options) if hasattr(control, "options") else [control.min,
+                                                                             control.max]
+        for value in values:
+            times.append(_move(explorer, control, value))
+    print(f"{name}: {len(times)} redraws, median {sorted(times)[len(times) // 2]:.3f} s")
+
+
+@pytest.mark.parametrize("name, moves", [
+    ("waterline", [("n_min", 8), ("n0", 7)]),
+    ("waterline", [("n_max", 8), ("n0", 64), ("n_min", 8)]),
+    ("safeguard", [("n_max", 8), ("n0", 9)]),
+    ("safeguard", [("n0", 32), ("n_max", 8)]),
+])
+def test_linked_sliders_never_reach_an_infeasible_budget(name, moves):
+    explorer = sera.widgets.EXPLORERS[name]()
+    controls = _controls(explorer)
+    for key, value in moves:
+        _move(explorer, controls[key], value)
+        texts = [t.get_text() for ax in explorer.result.axes for t in ax.texts]
+        assert not any("does not fit" in t for t in texts), (moves, texts)
+    n_min = controls["n_min"].value if "n_min" in controls else 2
+    assert n_min <= controls["n0"].value <= controls["n_max"].value
+
+
+def test_an_infeasible_setting_shows_a_message_not_a_traceback():
+    import sera.plotting as splot
+
+    fig = splot.plot_waterline_beta(n0=7, n_min=8)
+    assert "does not fit the bounds" in fig.axes[0].texts[0].get_text()
+    fig = splot.plot_safeguard_beta(n0=9, n_max=8)
+    assert "does not fit the bounds" in fig.axes[0].texts[0].get_text()
