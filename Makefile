@@ -10,7 +10,7 @@ PROFILE ?= fast
 VISION := .venv-vision
 VISION_STAMP := $(VISION)/.installed
 
-.PHONY: test test-fast test-vision figures lint bench install clean clean-notebooks
+.PHONY: test test-fast test-vision figures site lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -23,6 +23,11 @@ $(STAMP): pyproject.toml
 
 figures: $(STAMP)
 	$(BIN)/python -m sera.notebooks --profile $(PROFILE)
+
+# A static HTML copy of the course in build/site/ (runs the notebooks first; finished runs are
+# read back).
+site: figures
+	$(BIN)/python -m sera.notebooks --site
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -2,6 +2,7 @@
 
     python -m sera.notebooks [--profile fast|long] [--only 02] [--figures DIR]
     python -m sera.notebooks --strip      # remove outputs before committing (make clean-notebooks)
+    python -m sera.notebooks --site       # static HTML of the executed notebooks (make site)
 
 Executed copies go to build/notebooks/ (outside git); figures go to figures/. Each notebook
 declares the figures it writes in its metadata (metadata.sera.figures: name and the
@@ -83,6 +84,39 @@ def strip(path: Path) -> bool:
     return after != before
 
 
+def build_site(executed: Path | None = None, output: Path | None = None,
+               source: Path | None = None) -> list[Path]:
+    """A static HTML copy of the course (nbconvert): the executed notebooks with their figures,
+    the exercise notebooks as students get them, the guide and the notation page as the index
+    and a page of their own. Returns the written pages."""
+    from nbconvert import HTMLExporter
+
+    source = source or ROOT / "notebooks"
+    executed = executed or ROOT / "build" / "notebooks"
+    output = output or ROOT / "build" / "site"
+    (output / "exercises").mkdir(parents=True, exist_ok=True)
+    exporter = HTMLExporter()
+    pages = []
+    for path in notebooks(source):
+        run = executed / path.name
+        body, _ = exporter.from_filename(str(run if run.exists() else path))
+        pages.append(output / f"{path.stem}.html")
+        pages[-1].write_text(body)
+    for path in sorted((source / "exercises").glob("[0-9][0-9]_*.ipynb")):
+        body, _ = exporter.from_filename(str(path))
+        pages.append(output / "exercises" / f"{path.stem}.html")
+        pages[-1].write_text(body)
+    for name, page in (("README.md", "index.html"), ("NOTATION.md", "NOTATION.html")):
+        text = (source / name).read_text().replace(".ipynb)", ".html)").replace(".md)", ".html)")
+        note = ("\n\n*A static copy: the sliders of notebooks 01-03 need a live kernel "
+                "(JupyterLab); everything else is here as it ran.*")
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text + note)])
+        body, _ = exporter.from_notebook_node(nb)
+        pages.append(output / page)
+        pages[-1].write_text(body)
+    return pages
+
+
 def gallery(folder: Path | None = None) -> str:
     """The README's figure table, built from the notebooks' metadata and the plotting module."""
     import sera.plotting
@@ -110,7 +144,13 @@ def main(argv=None) -> int:
     parser.add_argument("--gallery", action="store_true", help="print the README figure table")
     parser.add_argument("--strip", action="store_true",
                         help="remove outputs and editor metadata from notebooks/ (no run)")
+    parser.add_argument("--site", action="store_true",
+                        help="write build/site/: static HTML of the executed notebooks")
     args = parser.parse_args(argv)
+    if args.site:
+        pages = build_site(args.output)
+        print(f"{len(pages)} pages in {pages[-1].parent.resolve()}; open index.html")
+        return 0
     if args.gallery:
         print(gallery())
         return 0

@@ -173,3 +173,47 @@ def test_readme_gallery_lists_every_figure():
         for name in runner.declared_figures(path):
             assert f"figures/{name}.png" in readme, name
             assert (ROOT / "figures" / f"{name}.png").exists(), f"figures/{name}.png not committed"
+
+
+EXERCISES = sorted((ROOT / "notebooks" / "exercises").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
+def test_exercise_notebook_is_clean_and_lists_what_it_uses(path):
+    test_notebook_is_stored_clean(path)
+    test_notebook_follows_the_opening_cells(path)
+    test_notebook_lists_the_functions_it_uses(path)
+
+
+def _printed(path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    return "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
+                   for out in cell.outputs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
+def test_exercises_run_with_and_without_solutions(path, tmp_path):
+    checks = nbformat.read(path, as_version=4)
+    count = sum(cell.source.count("sera.course.check_") for cell in checks.cells[2:])
+    for solutions in (True, False):
+        out = tmp_path / str(solutions)
+        runner.run_notebook(path, "fast", figures=tmp_path / "figures", output=out,
+                            extra={"solutions": solutions})
+        printed = _printed(out / path.name)
+        if solutions:
+            assert printed.count("PASS ") == count and "not yet" not in printed, printed
+        else:
+            assert printed.count("not done yet") == count, printed
+        assert "Traceback" not in printed
+
+
+def test_site_renders_every_notebook_and_links_them(tmp_path):
+    pages = runner.build_site(executed=tmp_path / "none", output=tmp_path / "site")
+    names = {p.relative_to(tmp_path / "site").as_posix() for p in pages}
+    assert {f"{p.stem}.html" for p in NOTEBOOKS} <= names
+    assert {f"exercises/{p.stem}.html" for p in EXERCISES} <= names
+    index = (tmp_path / "site" / "index.html").read_text()
+    for path in NOTEBOOKS:
+        assert f'href="{path.stem}.html"' in index
+    assert "need a live kernel" in index
