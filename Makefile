@@ -10,7 +10,7 @@ PROFILE ?= fast
 VISION := .venv-vision
 VISION_STAMP := $(VISION)/.installed
 
-.PHONY: test test-fast test-vision figures site lint bench install clean clean-notebooks
+.PHONY: test test-fast test-vision test-browser figures site lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -32,9 +32,17 @@ site: figures
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: $(STAMP) test-vision
+test: $(STAMP) test-vision test-browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# Notebooks 01-03 as a student sees them: JupyterLab in headless Chromium (Debian's package,
+# installed here on first use), every slider moved; screenshots in build/browser/.
+test-browser: $(STAMP)
+	command -v chromium >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	SERA_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -m browser tests/test_browser.py -s \
+		-p no:cacheprovider
 
 # The ImageNet path (ImageFolder loader, ResNet-50) needs torchvision, whose wheels are CUDA builds
 # that fail beside the CPU torch: a separate environment with torch 2.14.1 + torchvision 0.29.1

@@ -12,26 +12,30 @@ from __future__ import annotations
 import sera.plotting as splot
 
 LABEL = {"description_width": "initial"}
+WIDTH = "600px"  # room for a long label and a usable slider track
 
 
 def _float(value, low, high, step, label):
     import ipywidgets as widgets
 
     return widgets.FloatSlider(value=value, min=low, max=high, step=step, description=label,
-                               continuous_update=False, style=LABEL)
+                               continuous_update=False, style=LABEL,
+                               layout=widgets.Layout(width=WIDTH))
 
 
 def _int(value, low, high, label):
     import ipywidgets as widgets
 
     return widgets.IntSlider(value=value, min=low, max=high, description=label,
-                             continuous_update=False, style=LABEL)
+                             continuous_update=False, style=LABEL,
+                             layout=widgets.Layout(width=WIDTH))
 
 
 def _interactive(plot, **controls):
     import ipywidgets as widgets
 
-    return widgets.interactive(plot, **controls)
+    # auto_display: show the returned figure (what interact does; interactive alone does not)
+    return widgets.interactive(plot, {"auto_display": True}, **controls)
 
 
 def kappa_explorer():

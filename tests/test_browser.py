@@ -1,0 +1,231 @@
+"""What a student sees: notebooks 01-03 in JupyterLab, in headless Chromium driven by Playwright.
+
+Every cell runs; every figure cell shows an image; every ipywidgets control renders as a widget;
+each slider moved to its ends (and the two-slider combinations that once reached an infeasible
+budget) redraws its figure and never shows a traceback. Slider update times (release to redrawn
+image) are printed; screenshots go to build/browser/. `make test-browser` installs Debian's
+chromium and runs this file (part of `make test`); elsewhere it skips.
+"""
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+if os.environ.get("SERA_REQUIRE_BROWSER"):  # make test-browser: missing pieces are errors
+    import playwright.sync_api as playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is not installed"
+else:
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (make test-browser installs it)",
+                    allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[1]
+SHOTS = ROOT / "build" / "browser"
+NOTEBOOKS = ["01_finite_rollout_fidelity", "02_waterline_allocation", "03_allocation_vs_success"]
+# Moves that once reached an infeasible budget: (explorer index in the notebook, slider label
+# start, value), in order.
+COMBINATIONS = {
+    "02_waterline_allocation": [[(0, "fewest rollouts", 8), (0, "rollouts per prompt", 7)]],
+    "03_allocation_vs_success": [[(0, "most rollouts", 8), (0, "rollouts per prompt", 9)]],
+}
+SETTINGS = {  # render every cell, keep the copy unsaved, no news pop-up
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"},
+}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """JupyterLab on 127.0.0.1 serving a copy of the notebooks (figures land in the copy)."""
+    root = tmp_path_factory.mktemp("lab")
+    (root / "notebooks").mkdir()
+    for name in NOTEBOOKS:
+        shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", root / "notebooks")
+    settings = root / "settings"
+    for name, values in SETTINGS.items():
+        path = settings / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = secrets.token_hex(12)
+    env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings)}
+    log = open(root / "server.log", "w")  # noqa: SIM115 - closed with the server
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
+         f"--port={port}", f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
+         "--LabApp.expose_app_in_browser=True"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}", token
+    server.terminate()
+    server.wait(30)
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        yield chromium
+        chromium.close()
+
+
+KERNEL_IDLE = """() => { const w = window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return k && k.status === 'idle'; }"""
+ALL_RAN = """() => { const w = window.jupyterapp.shell.currentWidget;
+  return [...w.content.widgets].every(c => c.model.type !== 'code' ||
+    (c.model.executionCount !== null && !c.promptNode.textContent.includes('*'))); }"""
+
+
+def _open_and_run(page, url, token, name):
+    # a fresh workspace per notebook, so that the tab in front is this one
+    page.goto(f"{url}/lab/workspaces/{name}/tree/notebooks/{name}.ipynb?reset&token={token}")
+    page.wait_for_function("window.jupyterapp !== undefined", timeout=120_000)
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+    page.wait_for_function(KERNEL_IDLE, timeout=120_000)
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    try:
+        page.wait_for_function(ALL_RAN, timeout=150_000, polling=500)
+        page.wait_for_function(KERNEL_IDLE, timeout=60_000)
+    except playwright.TimeoutError:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=SHOTS / f"{name}_stuck.png", full_page=True)
+        raise
+
+
+def _figure_cells(page):
+    """For each code cell whose source ends by showing `fig`: its output kinds."""
+    return page.evaluate("""() => [...window.jupyterapp.shell.currentWidget.content.widgets]
+      .filter(c => c.model.type === 'code' &&
+                   c.model.sharedModel.getSource().trim().split('\\n').pop().trim() === 'fig')
+      .map(c => [...c.node.querySelectorAll('.jp-OutputArea-output')]
+                 .map(o => o.querySelector('img') ? 'image' : o.textContent.slice(0, 60)))""")
+
+
+def _tracebacks(page) -> int:
+    return page.locator(".jp-OutputArea-output[data-mime-type="
+                        "'application/vnd.jupyter.stderr']").count() + \
+        page.locator(".jp-OutputArea-output:has-text('Traceback')").count()
+
+
+def _image(explorer) -> str:
+    img = explorer.locator(".jp-OutputArea-output img")
+    return img.first.get_attribute("src") if img.count() else ""
+
+
+def _control(page, explorer, label: str):
+    return explorer.locator(".widget-inline-hbox").filter(
+        has=page.locator("label", has_text=label)).first
+
+
+def _now(control) -> str:
+    """The control's current value, as the page shows it."""
+    select = control.locator("select")
+    if select.count():
+        return select.input_value()
+    return control.locator(".noUi-handle").first.get_attribute("aria-valuenow")
+
+
+def _set(page, explorer, label: str, value) -> float:
+    """Type a value into the readout of the control whose label holds `label`, or pick it in a
+    dropdown; return the seconds until the explorer's image changed (0 when the value did not
+    change: already there, or held back by a linked slider)."""
+    control = _control(page, explorer, label)
+    before, old = _image(explorer), _now(control)
+    start = time.perf_counter()
+    select = control.locator("select")
+    if select.count():
+        select.select_option(str(value))
+    else:
+        readout = control.locator(".widget-readout")
+        readout.click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type(str(value))
+        page.keyboard.press("Enter")
+    page.wait_for_timeout(50)
+    if _now(control) == old:
+        return 0.0
+    page.wait_for_function("([node, before]) => { const img = node.querySelector("
+                           "'.jp-OutputArea-output img'); return img && img.src !== before; }",
+                           arg=[explorer.element_handle(), before], timeout=30_000)
+    return time.perf_counter() - start
+
+
+def _labels(explorer):
+    return explorer.evaluate("""node => [...node.querySelectorAll('.widget-inline-hbox label')]
+      .map(label => label.textContent)""")
+
+
+def _ends(page, explorer, label):
+    """The values to try: a slider's current ends (they move with linked sliders) or a
+    dropdown's options."""
+    control = _control(page, explorer, label)
+    select = control.locator("select")
+    if select.count():
+        return [o.get_attribute("value") for o in select.locator("option").all()]
+    handle = control.locator(".noUi-handle").first
+    return [_number(handle.get_attribute("aria-valuemin")),
+            _number(handle.get_attribute("aria-valuemax"))]
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_in_the_browser(lab, browser, name):
+    url, token = lab
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    started = time.perf_counter()
+    _open_and_run(page, url, token, name)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=SHOTS / f"{name}.png")
+    figures = _figure_cells(page)
+    assert figures and all("image" in kinds for kinds in figures), figures
+    explorers = page.locator(".widget-interact")
+    assert explorers.count() >= 1 and page.locator(".widget-slider").count() >= 2
+    assert _tracebacks(page) == 0
+    times = []
+    for index in range(explorers.count()):
+        explorer = explorers.nth(index)
+        explorer.scroll_into_view_if_needed()
+        assert _image(explorer), f"explorer {index} shows no image"
+        labels = _labels(explorer)
+        assert labels and all(" " in label for label in labels), labels  # readable labels
+        for label in labels:
+            for value in _ends(page, explorer, label):
+                times.append(_set(page, explorer, label, value))
+                assert _tracebacks(page) == 0, f"{name}: {label} = {value}"
+        page.screenshot(path=SHOTS / f"{name}_explorer{index}.png")
+    for moves in COMBINATIONS.get(name, []):
+        for index, label, value in moves:
+            times.append(_set(page, explorers.nth(index), label, value))
+            assert _tracebacks(page) == 0, moves
+            assert "does not fit" not in explorers.nth(index).inner_text()
+    moved = sorted(t for t in times if t > 0)
+    print(f"\n{name}: ran in {time.perf_counter() - started:.0f} s; {len(moved)} slider updates, "
+          f"median {moved[len(moved) // 2]:.2f} s, slowest {moved[-1]:.2f} s")
+    page.close()
+
+
+def _number(text: str):
+    value = float(text)
+    return int(value) if value.is_integer() else round(value, 2)
