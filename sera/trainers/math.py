@@ -99,8 +99,8 @@ _PAPER = dict(n0=128, batch_size=256, lr=1e-5, max_new_tokens=2048, temperature=
               checkpoint_every=100, grad_clip=1.0, agg="token-mean")
 
 PRESETS = {
-    "fast": MathConfig(steps=32, n0=4, batch_size=16, n_train=128, max_new_tokens=48,
-                       eval_every=16, eval_samples=8, val_k=(1, 8), final_samples=32,
+    "fast": MathConfig(steps=40, n0=4, batch_size=16, max_new_tokens=48, eval_every=20,
+                       eval_samples=8, val_k=(1, 8), final_samples=32,
                        warmup_steps=300, warmup_lr=3e-3, lr=2e-4),
     "smollm2-gsm8k": MathConfig(steps=2000, final_samples=256, **_PAPER),
     "qwen2.5-math-1.5b": MathConfig(steps=600, final_samples=512, eval_top_p=0.95,
