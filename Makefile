@@ -34,9 +34,11 @@ site: figures
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
+# The suite runs in two workers with one torch thread each (the notebooks' kernels inherit it):
+# on two cores that finishes sooner than one worker with two threads.
 test: $(STAMP) test-vision test-vllm test-browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist worksteal
 
 # Notebooks 01-03 as a student sees them: JupyterLab in headless Chromium (Debian's package,
 # installed here on first use), every slider moved; screenshots in build/browser/.

@@ -72,4 +72,4 @@ def test_reference_numbers_load():
 
     table = pd.read_csv(Path(sera.__file__).parents[1] / "data" / "paper_reference.csv")
     assert {"study", "method", "n0", "metric", "k", "value", "note"} <= set(table.columns)
-    assert set(table["study"]) == {"imagenet", "maze"}
+    assert set(table["study"]) == {"imagenet", "maze", "math"}

@@ -61,7 +61,7 @@ def _runs(table: pd.DataFrame):
 
 @styled
 def plot_maze_validation(metrics: pd.DataFrame, ks=(1, 16)):
-    """Validation Pass@K on held-out mazes along RL training (mean over seeds), per method
+    """Validation Pass@K on held-out prompts along RL training (mean over seeds), per method
     (colour) and loss aggregation (solid token-mean, dashed seqnorm)."""
     fig, axes = new_figure(ncols=len(ks), width=3.7, height=3.0, squeeze=False)
     for ax, k in zip(axes[0], ks, strict=True):
@@ -77,10 +77,12 @@ def plot_maze_validation(metrics: pd.DataFrame, ks=(1, 16)):
 
 
 @styled
-def plot_maze_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = None):
+def plot_maze_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = None,
+                      subject: str = "mazes"):
     """Final Pass@K against K per method and aggregation, mean over seeds (left) and, when
-    given, SERA - MaxRL per aggregation with paired-bootstrap 95% intervals over mazes and seeds
-    (right). profile: sera.results.passk_profile; gains: sera.results.paired_gain."""
+    given, SERA - MaxRL per aggregation with paired-bootstrap 95% intervals over held-out
+    prompts and seeds (right). profile: sera.results.passk_profile; gains:
+    sera.results.paired_gain; subject names the held-out prompts on the axis."""
     fig, axes = new_figure(ncols=2 if gains is not None else 1, width=3.7, height=3.1,
                            squeeze=False)
     ax = axes[0][0]
@@ -88,7 +90,7 @@ def plot_maze_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = None):
         rows = rows.groupby("k", as_index=False)["pass@k"].mean()
         ax.plot(rows["k"], rows["pass@k"], color=COLORS.get(method, "#7f7f7f"),
                 ls=AGG_STYLE.get(agg, "-"), marker="o", ms=3, label=f"{method} {agg}")
-    ax.set(xscale="log", xlabel="K", ylabel="final Pass@K (held-out mazes)")
+    ax.set(xscale="log", xlabel="K", ylabel=f"final Pass@K (held-out {subject})")
     count_ticks(ax, profile["k"].max(), which="x")
     ax.legend(loc="lower right", fontsize=7, handlelength=3.5)
     if gains is not None:

@@ -11,13 +11,13 @@ local Hugging Face folder and --data/--val-data local files (see sera.tasks.math
 --model the study trains a tiny Qwen2-style decoder on the generated set (supervised warm-up on
 worked solutions, then RL), which is what notebooks/07_math_reasoning.ipynb runs on a CPU.
 
-Presets: `fast` (the CPU study), and the paper's settings for one GPU with vLLM rollouts:
-`smollm2-gsm8k` (MaxRL's public GSM8K run: 256 prompts x 128 rollouts a step, lr 1e-5, responses up
-to 2,048 tokens, training temperature 1.0, validation at 0.6 with 32 samples, no KL; evaluated at
-step 2,000 with 256 samples per GSM8K-Platinum question), `qwen2.5-math-1.5b` (step 600) and
-`qwen3-4b-base` (step 1,000), evaluated with 512 samples at temperature 0.6, top-p 0.95,
-token-mean. The paper does not give the Qwen runs' batch, rollouts, learning rate or length; those
-presets take the SmolLM2 run's values, our choice, stated in their fields.
+Presets: `fast` and `long` (the CPU study, 40 and 120 steps), and the paper's settings for one GPU
+with vLLM rollouts: `smollm2-gsm8k` (MaxRL's public GSM8K run: 256 prompts x 128 rollouts a step,
+lr 1e-5, responses up to 2,048 tokens, training temperature 1.0, validation at 0.6 with 32
+samples, no KL; evaluated at step 2,000 with 256 samples per GSM8K-Platinum question),
+`qwen2.5-math-1.5b` (step 600) and `qwen3-4b-base` (step 1,000), evaluated with 512 samples at
+temperature 0.6, top-p 0.95, token-mean. The paper does not give the Qwen runs' batch, rollouts,
+learning rate or length; those presets take the SmolLM2 run's values, our choice.
 """
 
 from __future__ import annotations
@@ -101,7 +101,10 @@ _PAPER = dict(n0=128, batch_size=256, lr=1e-5, max_new_tokens=2048, temperature=
 PRESETS = {
     "fast": MathConfig(steps=40, n0=4, batch_size=16, max_new_tokens=48, eval_every=20,
                        eval_samples=8, val_k=(1, 8), final_samples=32,
-                       warmup_steps=300, warmup_lr=3e-3, lr=2e-4),
+                       warmup_steps=250, warmup_lr=3e-3, lr=2e-4),
+    "long": MathConfig(steps=120, n0=4, batch_size=16, max_new_tokens=48, eval_every=30,
+                       eval_samples=8, val_k=(1, 8), final_samples=128,
+                       warmup_steps=250, warmup_lr=3e-3, lr=2e-4),
     "smollm2-gsm8k": MathConfig(steps=2000, final_samples=256, **_PAPER),
     "qwen2.5-math-1.5b": MathConfig(steps=600, final_samples=512, eval_top_p=0.95,
                                     **{**_PAPER, "kv_cache_gib": 24.0}),
