@@ -13,11 +13,12 @@ worked solutions, then RL), which is what notebooks/07_math_reasoning.ipynb runs
 
 Presets: `fast` and `long` (the CPU study, 40 and 120 steps), and the paper's settings for one GPU
 with vLLM rollouts: `smollm2-gsm8k` (MaxRL's public GSM8K run: 256 prompts x 128 rollouts a step,
-lr 1e-5, responses up to 2,048 tokens, training temperature 1.0, validation at 0.6 with 32
-samples, no KL; evaluated at step 2,000 with 256 samples per GSM8K-Platinum question),
+lr 1e-5, responses up to 2,048 tokens, training temperature 1.0, validation at 0.6 and top-p 0.95
+with 32 samples, no KL; evaluated at step 2,000 with 256 samples per GSM8K-Platinum question),
 `qwen2.5-math-1.5b` (step 600) and `qwen3-4b-base` (step 1,000), evaluated with 512 samples at
-temperature 0.6, top-p 0.95, token-mean. The paper does not give the Qwen runs' batch, rollouts,
-learning rate or length; those presets take the SmolLM2 run's values, our choice.
+temperature 0.6, top-p 0.95, token-mean. The paper does not give the Qwen runs' training settings;
+those presets take MaxRL's public Qwen3 script's (256 prompts x 16 rollouts, lr 1e-6, responses up
+to 4,096 tokens, gradient clip 0.3).
 """
 
 from __future__ import annotations
@@ -92,11 +93,17 @@ class MathConfig(sequence.SequenceConfig):
         return {name: getattr(self, name) for name in names}
 
 
+# MaxRL's public SmolLM2 GSM8K script (smollm/smollm.sh): validation samples at 0.6, top-p 0.95.
 _PAPER = dict(n0=128, batch_size=256, lr=1e-5, max_new_tokens=2048, temperature=1.0,
-              eval_temperature=0.6, eval_samples=32, val_k=(1, 8, 32), engine="vllm",
-              dtype="bfloat16", gradient_checkpointing=True, micro_batch=64,
+              eval_temperature=0.6, eval_top_p=0.95, eval_samples=32, val_k=(1, 8, 32),
+              engine="vllm", dtype="bfloat16", gradient_checkpointing=True, micro_batch=64,
               micro_batch_tokens=65_536, kv_cache_gib=16.0, warmup_steps=0, eval_every=100,
               checkpoint_every=100, grad_clip=1.0, agg="token-mean")
+# The paper does not state the Qwen runs' training settings: MaxRL's public Qwen3 script
+# (qwen3_experiments/run_qwen3_training.sh) trains 256 prompts x 16 rollouts, lr 1e-6, responses
+# up to 4,096 tokens, gradient clip 0.3.
+_QWEN = {**_PAPER, "n0": 16, "lr": 1e-6, "max_new_tokens": 4096, "grad_clip": 0.3,
+         "kv_cache_gib": 24.0, "micro_batch": 16}
 
 PRESETS = {
     "fast": MathConfig(steps=40, n0=4, batch_size=16, max_new_tokens=48, eval_every=20,
@@ -106,10 +113,8 @@ PRESETS = {
                        eval_samples=8, val_k=(1, 8), final_samples=128,
                        warmup_steps=250, warmup_lr=3e-3, lr=2e-4),
     "smollm2-gsm8k": MathConfig(steps=2000, final_samples=256, **_PAPER),
-    "qwen2.5-math-1.5b": MathConfig(steps=600, final_samples=512, eval_top_p=0.95,
-                                    **{**_PAPER, "kv_cache_gib": 24.0}),
-    "qwen3-4b-base": MathConfig(steps=1000, final_samples=512, eval_top_p=0.95,
-                                **{**_PAPER, "kv_cache_gib": 24.0}),
+    "qwen2.5-math-1.5b": MathConfig(steps=600, final_samples=512, **_QWEN),
+    "qwen3-4b-base": MathConfig(steps=1000, final_samples=512, **_QWEN),
 }
 
 
