@@ -23,7 +23,6 @@ to 4,096 tokens, gradient clip 0.3).
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -192,20 +191,12 @@ def train(config: MathConfig, callback=None) -> loop.Results:
 def run_grid(base: MathConfig, runs, seeds, runs_dir, rerun: bool = False,
              progress: bool = True) -> loop.Results:
     """Every (method, agg) in `runs` x seed, all from one warm-up in runs_dir/warmup."""
-    base = dataclasses.replace(base, warmup_dir=str(Path(runs_dir) / "warmup"))
-    configs = [dataclasses.replace(base, method=method, agg=agg, seed=seed)
-               for seed in seeds for method, agg in runs]
-    return loop.run_grid(configs, build, runs_dir, rerun, progress)
+    return sequence.run_grid(base, build, runs, seeds, runs_dir, rerun, progress)
 
 
 def main(argv=None) -> int:
     config = cli.parse(MathConfig, PRESETS, argv, __doc__)
-    table = train(config).metrics
-    final = table[(table["metric"] == "pass") & table["k"].isin([1, config.final_samples])]
-    print(f"{config.method} {config.agg} seed={config.seed}: " + ", ".join(
-        f"pass@{k} {v:.4f}" for k, v in zip(final["k"], final["value"], strict=True)))
-    print(f"metrics: {config.out}/metrics.csv")
-    return 0
+    return sequence.report(config, train(config))
 
 
 if __name__ == "__main__":

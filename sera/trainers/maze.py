@@ -87,10 +87,7 @@ def train(config: MazeConfig, callback=None) -> loop.Results:
 def run_grid(base: MazeConfig, runs, seeds, runs_dir, rerun: bool = False,
              progress: bool = True) -> loop.Results:
     """Every (method, agg) in `runs` x seed, all from one warm-up in runs_dir/warmup."""
-    base = dataclasses.replace(base, warmup_dir=str(Path(runs_dir) / "warmup"))
-    configs = [dataclasses.replace(base, method=method, agg=agg, seed=seed)
-               for seed in seeds for method, agg in runs]
-    return loop.run_grid(configs, build, runs_dir, rerun, progress)
+    return sequence.run_grid(base, build, runs, seeds, runs_dir, rerun, progress)
 
 
 def sample_answers(folder, task: MazeTask, index: int, n: int, max_new_tokens: int,
@@ -106,12 +103,7 @@ def sample_answers(folder, task: MazeTask, index: int, n: int, max_new_tokens: i
 
 def main(argv=None) -> int:
     config = cli.parse(MazeConfig, PRESETS, argv, __doc__)
-    table = train(config).metrics
-    final = table[(table["metric"] == "pass") & table["k"].isin([1, config.final_samples])]
-    print(f"{config.method} {config.agg} seed={config.seed}: " + ", ".join(
-        f"pass@{k} {v:.4f}" for k, v in zip(final["k"], final["value"], strict=True)))
-    print(f"metrics: {config.out}/metrics.csv")
-    return 0
+    return sequence.report(config, train(config))
 
 
 if __name__ == "__main__":

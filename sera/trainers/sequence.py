@@ -320,3 +320,25 @@ def warmup_settings(config: SequenceConfig, task_fields: dict) -> dict:
     """What the warm-up model depends on: the task and model fields and the warm-up's own."""
     names = ("warmup_steps", "warmup_batch", "warmup_lr", "max_new_tokens")
     return {**task_fields, **{n: getattr(config, n) for n in names}}
+
+
+def run_grid(base: SequenceConfig, build, runs, seeds, runs_dir, rerun: bool = False,
+             progress: bool = True) -> loop.Results:
+    """Every (method, agg) in `runs` x seed of a sequence study, all from one warm-up in
+    runs_dir/warmup; `build` turns a config into its study."""
+    import dataclasses
+
+    base = dataclasses.replace(base, warmup_dir=str(Path(runs_dir) / "warmup"))
+    configs = [dataclasses.replace(base, method=method, agg=agg, seed=seed)
+               for seed in seeds for method, agg in runs]
+    return loop.run_grid(configs, build, runs_dir, rerun, progress)
+
+
+def report(config: SequenceConfig, results: loop.Results) -> int:
+    """What a sequence trainer's command line prints at the end: final Pass@1 and Pass@max."""
+    table = results.metrics
+    final = table[(table["metric"] == "pass") & table["k"].isin([1, config.final_samples])]
+    print(f"{config.method} {config.agg} seed={config.seed}: " + ", ".join(
+        f"pass@{k} {v:.4f}" for k, v in zip(final["k"], final["value"], strict=True)))
+    print(f"metrics: {config.out}/metrics.csv")
+    return 0
