@@ -11,8 +11,10 @@ VISION := .venv-vision
 VISION_STAMP := $(VISION)/.installed
 VLLM := .venv-vllm
 VLLM_STAMP := $(VLLM)/.installed
+SCALE := .venv-scale
+SCALE_STAMP := $(SCALE)/.installed
 
-.PHONY: test test-fast test-vision test-vllm test-browser figures site lint bench install clean clean-notebooks
+.PHONY: test test-fast test-vision test-vllm test-integrations test-browser envs figures site lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -35,10 +37,18 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # The suite runs in two workers with one torch thread each (the notebooks' kernels inherit it):
-# on two cores that finishes sooner than one worker with two threads.
-test: $(STAMP) test-vision test-vllm test-browser
+# on two cores that finishes sooner than one worker with two threads. The three extra
+# environments are installed meanwhile (build/envs.log), then their tests run.
+test: $(STAMP)
 	$(BIN)/ruff check .
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist worksteal
+	mkdir -p build
+	$(MAKE) --no-print-directory envs > build/envs.log 2>&1 & envs=$$!; \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist worksteal; suite=$$?; \
+	wait $$envs || { tail -40 build/envs.log; echo "installing the extra environments failed" \
+		"(build/envs.log)"; exit 1; }; exit $$suite
+	$(MAKE) --no-print-directory test-vision test-vllm test-integrations test-browser
+
+envs: $(VISION_STAMP) $(VLLM_STAMP) $(SCALE_STAMP)
 
 # Notebooks 01-03 as a student sees them: JupyterLab in headless Chromium (Debian's package,
 # installed here on first use), every slider moved; screenshots in build/browser/.
@@ -79,6 +89,20 @@ test-vllm: $(VLLM_STAMP)
 		tests/test_engines.py tests/test_math_trainer.py::test_training_with_vllm_rollouts \
 		-p no:cacheprovider -W ignore::DeprecationWarning -W ignore::FutureWarning
 
+# verl 0.9.1 and TRL 1.16 beside the CPU torch (about 1.5 GB, 2-3 minutes the first time): the
+# plug-ins' tests run verl's and TRL's own code here (a missing framework is an error, not a skip).
+$(SCALE_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(SCALE)
+	$(SCALE)/bin/python -m pip install --quiet --upgrade pip
+	$(SCALE)/bin/python -m pip install --quiet "$(TORCH)"
+	$(SCALE)/bin/python -m pip install --quiet -e ".[train,dev,scale]" "$(TORCH)"
+	touch $(SCALE_STAMP)
+
+test-integrations: $(SCALE_STAMP)
+	SERA_REQUIRE_INTEGRATIONS=1 $(SCALE)/bin/python -m pytest tests/test_integration_verl.py \
+		tests/test_integration_trl.py -p no:cacheprovider -W ignore::DeprecationWarning \
+		-W ignore::FutureWarning -W ignore::UserWarning
+
 # The edit loop: everything but the notebook executions (about a minute).
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
@@ -98,4 +122,4 @@ bench: $(STAMP)
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM)/bin/python benchmarks/vllm_speed.py
 
 clean:
-	rm -rf $(VENV) $(VISION) $(VLLM) build .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VISION) $(VLLM) $(SCALE) build .pytest_cache .hypothesis

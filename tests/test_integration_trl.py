@@ -81,7 +81,8 @@ def test_sera_trains_through_trls_grpo_trainer(tmp_path):
     assert any(len(set(e["counts"])) > 1 for e in log[4:]), "SERA never left uniform counts"
     np.testing.assert_allclose(trainer.sera_history.successes, reference.successes)
     assert trainer.sera_history.epoch == 2
-    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    after = trainer.model.parameters()
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert losses and np.isfinite(losses).all()
     assert (tmp_path / "out" / "checkpoint-4" / plugin.HISTORY_FILE).exists()

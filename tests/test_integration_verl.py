@@ -150,7 +150,8 @@ def test_per_prompt_counts_survive_verls_chunking_and_unpacking():
     counts = planner.plan(batch)
     assert counts.sum() == 4 * len(rows) and len(set(counts)) > 1 and not planner.last.fallback
     seen = _unpacked_by_the_agent_loop(batch)
-    assert sorted((int(s["index"]), s["n"]) for s in seen) == sorted(zip(rows, counts.tolist()))
+    expected = sorted(zip(rows, counts.tolist(), strict=True))
+    assert sorted((int(s["index"]), s["n"]) for s in seen) == expected
 
 
 def test_planner_counts_match_the_allocator_and_the_history_folds_each_pass():
@@ -237,7 +238,7 @@ def test_trainer_mode_plans_submits_and_records_on_a_fake_batch(tmp_path, monkey
     stored = {}
     monkeypatch.setattr(trainer_base.tq, "kv_batch_put",
                         lambda keys, partition_id, tags=None, fields=None: stored.update(
-                            {k: t for k, t in zip(keys, tags or [None] * len(keys))}))
+                            {k: t for k, t in zip(keys, tags or [None] * len(keys), strict=True)}))
     # Prime the history so the plan is not uniform.
     trainer.sera.history.record_groups(np.arange(8), [0, 1, 2, 4, 4, 6, 7, 8], np.full(8, 8))
     trainer.sera.history.end_epoch()
@@ -251,7 +252,8 @@ def test_trainer_mode_plans_submits_and_records_on_a_fake_batch(tmp_path, monkey
     scores = np.arange(uids.size) % 2
     lengths = 1 + np.arange(uids.size) % 3
     rm = torch.nested.nested_tensor([torch.cat([torch.zeros(k - 1), torch.tensor([float(s)])])
-                                     for k, s in zip(lengths, scores)], layout=torch.jagged)
+                                     for k, s in zip(lengths, scores, strict=True)],
+                                    layout=torch.jagged)
     fetched = TensorDict({"rm_scores": rm}, batch_size=[uids.size])
     tu.assign_non_tensor_stack(fetched, "uid", list(uids))
     monkeypatch.setattr(trainer_base.tq, "kv_batch_get", lambda **kwargs: fetched)

@@ -1,6 +1,6 @@
 """The math study's success reward (sera.tasks.math.reward: math-verify, MaxRL's extraction) in
 the call forms verl and TRL expect. Imports neither framework, so verl can load this file by path
-(`custom_reward_function.path`).
+(`reward.custom_reward_function.path`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ def success_rewards(completions, answers) -> list[float]:
     if len(completions) != len(answers):
         raise ValueError(f"completions and answers must have the same length; got "
                          f"{len(completions)} and {len(answers)}")
-    return [math_task.reward(text, str(answer)) for text, answer in zip(completions, answers)]
+    pairs = zip(completions, answers, strict=True)
+    return [math_task.reward(text, str(answer)) for text, answer in pairs]
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **_) -> float:
-    """verl's custom reward function: `custom_reward_function.path=<this file>
-    custom_reward_function.name=compute_score`. ground_truth is the final number (verl's GSM8K
+    """verl's custom reward function: `reward.custom_reward_function.path=<this file>
+    reward.custom_reward_function.name=compute_score`. ground_truth is the final number (verl's GSM8K
     preprocessing stores it so)."""
     return math_task.reward(solution_str, str(ground_truth))
 

@@ -123,7 +123,7 @@ class SeraGRPOTrainer(GRPOTrainer):
         allocation = self.sera_plan(ids)
         counts = np.asarray(allocation.counts)
         kept = counts > 0
-        rows = [dict(first) for first, n in zip(firsts, counts) for _ in range(int(n))]
+        rows = [dict(first) for first, n in zip(firsts, counts, strict=True) for _ in range(int(n))]
         output = super()._generate_and_score_completions(rows)
 
         local = slice(self.accelerator.process_index * len(rows),

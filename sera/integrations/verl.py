@@ -114,7 +114,7 @@ class SeraPlanner:
                                        n_max=a.upper(self.n0), method=a.rounding, n0=self.n0)
         counts = np.asarray(allocation.counts, dtype=np.int64)
         tu.assign_non_tensor_stack(batch, COUNT_KEY, [int(n) for n in counts])
-        self.pending.update(zip(uids, rows.tolist()))
+        self.pending.update(zip(uids, rows.tolist(), strict=True))
         self.last = allocation
         return counts
 
