@@ -19,8 +19,8 @@ def success_rewards(completions, answers) -> list[float]:
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **_) -> float:
     """verl's custom reward function: `reward.custom_reward_function.path=<this file>
-    reward.custom_reward_function.name=compute_score`. ground_truth is the final number (verl's GSM8K
-    preprocessing stores it so)."""
+    reward.custom_reward_function.name=compute_score`. ground_truth is the final number (as
+    verl's and MaxRL's GSM8K preprocessing store it)."""
     return math_task.reward(solution_str, str(ground_truth))
 
 
