@@ -230,7 +230,7 @@ def test_trainer_mode_plans_submits_and_records_on_a_fake_batch(tmp_path, monkey
         "sera": {"n_min": 2},
         "trainer": {"default_local_dir": str(tmp_path), "resume_mode": "auto"}})
     trainer.train_dataloader = type("Loader", (), {"dataset": list(range(8))})()
-    trainer.trainer_mode = plugin.MODE
+    trainer.trainer_mode = "sync"  # what __init__ leaves (test_trainer_mode_runs_as_sync)
     trainer.global_steps = 1
     submitted = []
     trainer.agent_loop_manager = type("Manager", (), {
@@ -277,6 +277,21 @@ def test_trainer_mode_plans_submits_and_records_on_a_fake_batch(tmp_path, monkey
     resumed._load_checkpoint()
     np.testing.assert_array_equal(resumed.sera.history._pending_s,
                                   trainer.sera.history._pending_s)
+
+
+def test_trainer_mode_runs_under_verls_sync_name(monkeypatch):
+    """verl chooses its replay buffer and prompt bookkeeping by trainer_mode == "sync": the SERA
+    mode hands verl a copy of the configuration under that name."""
+    from verl.trainer.ppo.v1 import trainer_base
+
+    assert 'ReplayBuffer if self.trainer_mode == "sync"' in inspect.getsource(trainer_base)
+    seen = {}
+    monkeypatch.setattr(PPOTrainer, "__init__",
+                        lambda self, config: seen.update(mode=config.trainer.v1.trainer_mode))
+    config = OmegaConf.create({"trainer": {"v1": {"trainer_mode": plugin.MODE}}})
+    OmegaConf.set_struct(config, True)
+    plugin.SeraTrainerSync(config)
+    assert seen["mode"] == "sync" and config.trainer.v1.trainer_mode == plugin.MODE
 
 
 def test_loss_aggregation_flags_match_seras_token_mean_and_seqnorm():

@@ -30,6 +30,7 @@ buffer waits for every submitted prompt.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -38,6 +39,7 @@ import os
 import numpy as np
 import torch
 import verl
+from omegaconf import open_dict
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -180,6 +182,14 @@ def allocator_from_config(config) -> AllocatorConfig:
 @register_trainer(MODE)
 class SeraTrainerSync(PPOTrainerSync):
     """verl's synchronous V1 trainer with SERA's per-prompt rollout counts (see the module text)."""
+
+    def __init__(self, config, *args, **kwargs):
+        # verl picks its replay buffer and prompt bookkeeping by `trainer_mode == "sync"`; this
+        # mode is the sync trainer, so it runs under that name once main_ppo has chosen the class.
+        config = copy.deepcopy(config)
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = "sync"
+        super().__init__(config, *args, **kwargs)
 
     @property
     def sera(self) -> SeraPlanner:
