@@ -48,7 +48,6 @@ test: $(STAMP)
 
 # The extra environments skip pip's byte-compilation (--no-compile): the tests import a small part
 # of torch, vLLM and verl, and compiling everything tripled the set-up time.
-
 envs: $(VISION_STAMP) $(VLLM_STAMP) $(SCALE_STAMP)
 
 # Notebooks 01-03 as a student sees them: JupyterLab in headless Chromium (Debian's package,
