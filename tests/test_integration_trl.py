@@ -57,7 +57,7 @@ def test_sera_trains_through_trls_grpo_trainer(tmp_path):
     trainer = _trainer(tmp_path, steps=8)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
-    log = trainer.sera_log
+    log = list(trainer.sera_log)
     assert len(log) == 8  # one generation batch per step: 2 prompts x 4 rollouts
     reference = sera.SuccessHistory(len(LEVELS))
     for i, entry in enumerate(log):

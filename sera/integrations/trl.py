@@ -34,6 +34,7 @@ multiple of num_generations); the history is gathered so every process plans fro
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -52,6 +53,9 @@ TRL_VERSION = "1.16.0"
 ROW = "sera_row"
 """Column added to the training set: the dataset row, which keys the success history."""
 HISTORY_FILE = "sera_history.json"
+LOG_KEEP = 64
+"""Generation batches kept in `SeraGRPOTrainer.sera_log` (a paper-scale step holds 32,768
+rewards)."""
 
 if trl.__version__ != TRL_VERSION:
     import warnings
@@ -88,7 +92,8 @@ class SeraGRPOTrainer(GRPOTrainer):
             beta=prior[1], rule=self.sera_allocator.history_rule,
             weight=self.sera_allocator.history_weight)
         self.sera_prompts_seen = 0  # prompts scored since the last epoch boundary, all processes
-        self.sera_log: list[dict] = []  # one entry per generation batch: ids, counts, rewards
+        # The last LOG_KEEP generation batches: ids, counts, rewards, advantages, fallback.
+        self.sera_log: collections.deque[dict] = collections.deque(maxlen=LOG_KEEP)
         self._sera_rewards = None
 
     # ------------------------------------------------------------------------------ planning
