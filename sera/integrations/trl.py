@@ -46,7 +46,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from sera.estimators import maxrl_advantages
-from sera.history import SuccessHistory
+from sera.trainers import methods
 from sera.trainers.config import AllocatorConfig
 
 TRL_VERSION = "1.16.0"
@@ -86,11 +86,7 @@ class SeraGRPOTrainer(GRPOTrainer):
         if ROW not in dataset.column_names:
             kwargs["train_dataset"] = dataset.add_column(ROW, list(range(len(dataset))))
         super().__init__(*args, **kwargs)
-        prior = self.sera_allocator.history_prior
-        self.sera_history = SuccessHistory(
-            len(self.train_dataset), gamma=self.sera_allocator.history_gamma, alpha=prior[0],
-            beta=prior[1], rule=self.sera_allocator.history_rule,
-            weight=self.sera_allocator.history_weight)
+        self.sera_history = self.sera_allocator.history(len(self.train_dataset))
         self.sera_prompts_seen = 0  # prompts scored since the last epoch boundary, all processes
         # The last LOG_KEEP generation batches: ids, counts, rewards, advantages, fallback.
         self.sera_log: collections.deque[dict] = collections.deque(maxlen=LOG_KEEP)
@@ -112,9 +108,8 @@ class SeraGRPOTrainer(GRPOTrainer):
 
     def sera_plan(self, ids: np.ndarray):
         """The allocation of this batch's budget len(ids) * n0 from the history."""
-        a, n0 = self.sera_allocator, self.num_generations
-        return self.sera_history.plan(ids, len(ids) * n0, n_min=a.n_min, n_max=a.upper(n0),
-                                      method=a.rounding, n0=n0, u_min=a.u_min)
+        return methods.plan(methods.METHODS["sera"], self.sera_allocator, self.num_generations,
+                            ids, None, self.sera_history)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -147,12 +142,12 @@ class SeraGRPOTrainer(GRPOTrainer):
         output["advantages"] = torch.as_tensor(advantages, dtype=output["advantages"].dtype,
                                                device=output["advantages"].device)
 
-        everyone = gather_object([ids])  # every process's prompts, in process order
-        self.sera_history.record(np.concatenate(gather_object([np.repeat(ids, counts)])), rewards)
+        everyone = gather_object([(ids, counts)])  # every process's plan, in process order
+        self.sera_history.record(np.concatenate([np.repeat(i, n) for i, n in everyone]), rewards)
         self.sera_log.append({"step": self.state.global_step, "ids": ids, "counts": counts,
                               "rewards": mine, "advantages": advantages,
                               "fallback": bool(allocation.fallback)})
-        self._sera_fold(sum(len(x) for x in everyone))
+        self._sera_fold(sum(len(i) for i, _ in everyone))
         metrics = self._metrics["train"]
         metrics["sera/fallback"].append(float(allocation.fallback))
         metrics["sera/max_count"].append(float(counts.max()))

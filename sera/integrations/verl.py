@@ -45,8 +45,8 @@ from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
-from sera.estimators import maxrl_advantages
-from sera.history import SuccessHistory
+from sera.estimators import maxrl_advantages, multiplicity_weights
+from sera.trainers import methods
 from sera.trainers.config import AllocatorConfig
 
 VERL_VERSION = "0.9.1"
@@ -77,9 +77,9 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
     scores = (token_level_rewards * response_mask).sum(dim=-1)
     _, groups = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
     sizes = np.bincount(groups)
-    n0 = scores.shape[0] / sizes.size
+    weights = multiplicity_weights(sizes, n0=scores.shape[0] / sizes.size)[groups]
     advantages = maxrl_advantages(scores.detach().double().cpu(), groups=torch.as_tensor(groups))
-    weights = torch.as_tensor(n0 / sizes[groups], dtype=torch.float64)
+    weights = torch.as_tensor(weights, dtype=torch.float64)
     per_token = (advantages * weights).to(token_level_rewards.dtype)[:, None] * response_mask
     return per_token, per_token
 
@@ -98,11 +98,7 @@ class SeraPlanner:
             raise ValueError("the observability safeguard (u_min) gives some prompts no rollouts, "
                              "and verl's replay buffer waits for every prompt it was sent; use "
                              "u_min=None with verl")
-        prior = self.allocator.history_prior
-        self.history = SuccessHistory(self.n_prompts, gamma=self.allocator.history_gamma,
-                                      alpha=prior[0], beta=prior[1],
-                                      rule=self.allocator.history_rule,
-                                      weight=self.allocator.history_weight)
+        self.history = self.allocator.history(self.n_prompts)
         self.pending: dict[str, int] = {}  # uid -> dataset row, for prompts out for rollout
         self.seen = 0  # prompts recorded since the last fold
 
@@ -111,9 +107,8 @@ class SeraPlanner:
         and return the counts."""
         rows = np.asarray(batch["index"]).astype(np.int64).reshape(-1)
         uids = [str(u) for u in batch["uid"]]
-        a = self.allocator
-        allocation = self.history.plan(rows, len(rows) * self.n0, n_min=a.n_min,
-                                       n_max=a.upper(self.n0), method=a.rounding, n0=self.n0)
+        allocation = methods.plan(methods.METHODS["sera"], self.allocator, self.n0, rows, None,
+                                  self.history)
         counts = np.asarray(allocation.counts, dtype=np.int64)
         tu.assign_non_tensor_stack(batch, COUNT_KEY, [int(n) for n in counts])
         self.pending.update(zip(uids, rows.tolist(), strict=True))
