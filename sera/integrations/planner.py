@@ -1,0 +1,182 @@
+"""SERA's planning state for an RL framework: the success history, keyed by dense dataset rows.
+
+Framework-free (no verl, TRL or torch.distributed): the verl and TRL plug-ins keep only their
+hooks and call a `Planner` for the plan, the record, the epoch fold and the checkpoint file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from sera.allocation import Allocation
+from sera.trainers import methods
+from sera.trainers.config import AllocatorConfig
+
+HISTORY_FILE = "sera_history.json"
+
+
+class Planner:
+    """Plans batches from a `sera.SuccessHistory` and records their outcomes.
+
+    Parameters
+    ----------
+    n_prompts : int
+        Rows of the training set; rows are dense ids in [0, n_prompts).
+    n0 : int
+        Rollouts per prompt under uniform allocation: a batch of B prompts gets B * n0 rollouts.
+    allocator : AllocatorConfig
+        Bounds, rounding, safeguard and the history's update rule (sera's trainers' config).
+    prompts_per_epoch : int or None
+        Prompts the data loader yields per epoch (batches per epoch x batch size: verl and TRL
+        both drop the last partial batch). The history folds once that many prompts have been
+        planned and recorded. None: the caller calls `end_epoch()` itself.
+
+    Each planned prompt carries a key (its row, or a framework id such as verl's uid) until its
+    outcomes are recorded; `record` ignores keys that were never planned (verl's padding rows).
+    """
+
+    def __init__(self, n_prompts: int, n0: int, allocator: AllocatorConfig | None = None,
+                 prompts_per_epoch: int | None = None):
+        self.allocator = allocator or AllocatorConfig()
+        self.history = self.allocator.history(n_prompts)
+        self.n_prompts = self.history.n_prompts
+        if isinstance(n0, bool) or not isinstance(n0, (int, np.integer)) or n0 < 1:
+            raise ValueError(f"n0 must be an integer >= 1 (rollouts per prompt), got {n0!r}")
+        self.n0 = int(n0)
+        if prompts_per_epoch is not None and not 1 <= prompts_per_epoch <= n_prompts:
+            raise ValueError(f"prompts_per_epoch must lie in [1, n_prompts = {n_prompts}] (batches "
+                             f"per epoch x batch size), got {prompts_per_epoch!r}")
+        self.prompts_per_epoch = prompts_per_epoch
+        self.planned = 0  # prompts planned since the last fold
+        self.pending: dict = {}  # key -> row, for planned prompts whose outcomes are not recorded
+        self.last: Allocation | None = None
+
+    def plan(self, rows, keys=None) -> Allocation:
+        """The allocation of the budget len(rows) * n0 over the batch's rows.
+
+        Parameters
+        ----------
+        rows : array of int
+            Dense dataset rows of the batch's prompts.
+        keys : sequence or None
+            What `record` will name each prompt by (verl's uids); None: the rows themselves.
+
+        Returns
+        -------
+        Allocation
+            counts and weights in the order of rows; uniform counts (fallback=True) while any
+            prompt of the batch has no estimate yet.
+        """
+        rows = self.history._ids(np.asarray(rows).reshape(-1), "rows")
+        keys = rows.tolist() if keys is None else list(keys)
+        if len(keys) != rows.size:
+            raise ValueError(f"keys must name each row once; got {len(keys)} keys for "
+                             f"{rows.size} rows")
+        if len(set(keys)) != len(keys) or set(keys) & set(self.pending):
+            raise ValueError("keys must be unique among the prompts whose outcomes are not yet "
+                             "recorded; a prompt was planned twice")
+        self._fold_if_epoch_done()
+        allocation = methods.plan(methods.METHODS["sera"], self.allocator, self.n0, rows, None,
+                                  self.history)
+        self.pending.update(zip(keys, rows.tolist(), strict=True))
+        self.planned += rows.size
+        self.last = allocation
+        return allocation
+
+    def record(self, keys, rewards) -> int:
+        """Queue the outcome of each response under its prompt's key.
+
+        Parameters
+        ----------
+        keys : sequence
+            One key per response, as given to `plan`. Keys that were never planned (verl's
+            padding rows, `pad<hex>`) are ignored.
+        rewards : array of float
+            One success reward in [0, 1] per response; NaN (no reward function could score
+            it) is left out, as TRL leaves it out.
+
+        Returns
+        -------
+        int
+            Responses ignored because their key was never planned.
+        """
+        keys = list(keys)
+        rewards = np.asarray(rewards, dtype=float).reshape(-1)
+        if rewards.size != len(keys):
+            raise ValueError(f"keys and rewards must have the same length; got {len(keys)} and "
+                             f"{rewards.size}")
+        known = np.array([k in self.pending for k in keys], dtype=bool)
+        scored = known & ~np.isnan(rewards)
+        rows = np.array([self.pending[k] for k, s in zip(keys, scored, strict=True) if s],
+                        dtype=np.int64)
+        self.history.record(rows, rewards[scored])
+        for key in {k for k, s in zip(keys, known, strict=True) if s}:
+            del self.pending[key]
+        if not self.pending:
+            self._fold_if_epoch_done()
+        return int((~known).sum())
+
+    def end_epoch(self) -> None:
+        """Fold the epoch's outcomes into the estimates (the data loader finished an epoch)."""
+        self.history.end_epoch()
+        self.planned = 0
+
+    def _fold_if_epoch_done(self) -> None:
+        if self.prompts_per_epoch is not None and self.planned >= self.prompts_per_epoch:
+            self.history.end_epoch()
+            self.planned -= self.prompts_per_epoch
+
+    # ------------------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """Everything needed to resume, as JSON-ready values (prompts out for rollout are not
+        kept: a checkpoint is written between steps)."""
+        history = {k: v.tolist() if isinstance(v, np.ndarray) else v
+                   for k, v in self.history.state_dict().items()}
+        return {"history": history, "n_prompts": self.n_prompts, "n0": self.n0,
+                "planned": self.planned, "prompts_per_epoch": self.prompts_per_epoch,
+                "allocator": dataclasses.asdict(self.allocator)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from `state_dict()`'s output, refusing a history of another training set or
+        another allocator."""
+        saved = len(state["history"]["successes"])
+        if saved != self.n_prompts:
+            raise ValueError(f"the saved history covers n_prompts = {saved} prompts, the training "
+                             f"set has {self.n_prompts}; resume with the same training set (after "
+                             f"the same filtering) or start a new history")
+        mine = dataclasses.asdict(self.allocator)
+        theirs = {k: tuple(v) if isinstance(v, list) else v
+                  for k, v in state.get("allocator", mine).items()}
+        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        if differ:
+            raise ValueError(
+                "the saved history was kept with another allocator: "
+                + ", ".join(f"{k} = {theirs.get(k)!r} saved, {mine.get(k)!r} now" for k in differ)
+                + "; pass the saved AllocatorConfig to resume, or start a new history")
+        self.history.load_state_dict(state["history"])
+        self.planned = int(state["planned"])
+        self.pending.clear()
+
+    def save(self, folder) -> str:
+        """Write the state to folder/sera_history.json (atomically) and return the path."""
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, HISTORY_FILE)
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w") as f:
+            json.dump(self.state_dict(), f)
+        os.replace(temporary, path)
+        return path
+
+    def load(self, folder) -> None:
+        """Resume from folder/sera_history.json."""
+        path = os.path.join(folder, HISTORY_FILE)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} is missing: the checkpoint was not written with "
+                                    f"SERA's plug-in, so the success history cannot resume; "
+                                    f"resume from a checkpoint the plug-in wrote, or start anew")
+        with open(path) as f:
+            self.load_state_dict(json.load(f))

@@ -1,0 +1,134 @@
+"""sera.integrations.planner, the plug-ins' framework-free planning state, against sera.allocate
+and a replayed sera.SuccessHistory (main environment: no verl or TRL needed)."""
+
+import json
+
+import numpy as np
+import pytest
+
+import sera
+from sera.integrations.planner import HISTORY_FILE, Planner
+from sera.trainers.config import AllocatorConfig
+
+
+def _run(planner: Planner, steps: int, batch: int, rng, p, keyed: bool):
+    """Train-loop replay: batches drawn per epoch without their last partial batch (as verl and
+    TRL draw them), plans checked against sera.allocate over a replayed history."""
+    n = planner.n_prompts
+    reference = sera.SuccessHistory(n)
+    per_epoch = (n // batch) * batch
+    fallbacks = []
+    for step in range(steps):
+        k = step % (n // batch)
+        if k == 0:
+            order = rng.permutation(n)
+        rows = order[k * batch:(k + 1) * batch]
+        keys = [f"s{step}-{r}" for r in rows] if keyed else None
+        allocation = planner.plan(rows, keys)
+        p_hat, ready = reference.estimate(rows)
+        if ready.all():
+            expected = sera.allocate(p_hat, batch * planner.n0, n_min=planner.allocator.n_min,
+                                     n_max=planner.allocator.upper(planner.n0), n0=planner.n0)
+            np.testing.assert_array_equal(allocation.counts, expected.counts)
+            np.testing.assert_allclose(allocation.weights, expected.weights)
+        else:
+            np.testing.assert_array_equal(allocation.counts, np.full(batch, planner.n0))
+        fallbacks.append(allocation.fallback)
+        counts = allocation.counts
+        responses = np.repeat(keys if keyed else rows, counts)
+        rewards = (rng.random(counts.sum()) < np.repeat(p[rows], counts)).astype(float)
+        shuffled = rng.permutation(responses.size)  # responses come back in any order
+        assert planner.record(list(responses[shuffled]), rewards[shuffled]) == 0
+        reference.record(np.repeat(rows, counts), rewards)
+        if (step + 1) * batch % per_epoch == 0:
+            reference.end_epoch()
+        assert planner.history.epoch == reference.epoch
+    np.testing.assert_allclose(planner.history.successes, reference.successes)
+    np.testing.assert_allclose(planner.history.failures, reference.failures)
+    return fallbacks
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_plans_equal_the_allocator_over_a_replayed_history_folded_per_loader_epoch(keyed):
+    rng = np.random.default_rng(1)
+    n, batch, n0 = 14, 4, 4  # 3 batches an epoch: 12 prompts, the last 2 dropped
+    planner = Planner(n, n0, prompts_per_epoch=(n // batch) * batch)
+    fallbacks = _run(planner, 12, batch, rng, rng.random(n), keyed)
+    assert planner.history.epoch == 4 and not planner.pending
+    # Two prompts per epoch are never drawn in a permutation's first 12: the first epochs can
+    # fall back, but the planner never waits for them to fold.
+    assert fallbacks[:3] == [True] * 3
+
+
+def test_unplanned_keys_are_ignored_and_unscored_responses_left_out():
+    planner = Planner(5, 2, prompts_per_epoch=4)
+    counts = planner.plan([3, 1], keys=["a", "b"]).counts
+    assert counts.tolist() == [2, 2]
+    ignored = planner.record(["a", "pad0f3e", "b", "a", "b", "pad0f3e"],
+                             [1.0, 0.0, 0.0, np.nan, 1.0, 1.0])
+    assert ignored == 2 and not planner.pending
+    pending = planner.history.state_dict()
+    np.testing.assert_array_equal(pending["pending_s"], [0, 1, 0, 1, 0])
+    np.testing.assert_array_equal(pending["pending_f"], [0, 1, 0, 0, 0])
+    assert planner.history.epoch == 0
+    planner.plan([0, 2], keys=["c", "d"])
+    planner.record(["c", "d"], [1.0, 0.0])  # 4 prompts planned and recorded: the epoch folds
+    assert planner.history.epoch == 1 and planner.planned == 0
+
+
+def test_an_unrecorded_prompt_does_not_hold_back_the_fold():
+    planner = Planner(4, 2, prompts_per_epoch=4)
+    planner.plan([0, 1, 2, 3], keys=list("abcd"))
+    planner.record(["a", "b", "c"], [1.0, 0.0, 1.0])  # every rollout of d failed
+    assert planner.history.epoch == 0 and list(planner.pending) == ["d"]
+    planner.plan([2, 1, 0, 3], keys=list("efgh"))  # the next epoch's first batch folds first
+    assert planner.history.epoch == 1 and planner.planned == 4
+
+
+def test_explicit_epochs_without_prompts_per_epoch():
+    planner = Planner(3, 2)
+    planner.plan([0, 1, 2])
+    planner.record([0, 1, 2], [1.0, 0.0, 1.0])
+    assert planner.history.epoch == 0
+    planner.end_epoch()
+    assert planner.history.epoch == 1 and planner.history.estimate()[1].all()
+
+
+def test_state_round_trips_through_a_folder_and_refuses_mismatches(tmp_path):
+    allocator = AllocatorConfig(n_min=3, history_gamma=0.7)
+    planner = Planner(6, 4, allocator, prompts_per_epoch=6)
+    planner.plan([0, 1, 2, 3])
+    planner.record(np.repeat([0, 1, 2, 3], 4), np.arange(16) % 3 == 0)
+    path = planner.save(tmp_path / "global_step_1")
+    assert path.endswith(HISTORY_FILE) and json.loads(open(path).read())["planned"] == 4
+    again = Planner(6, 4, allocator, prompts_per_epoch=6)
+    again.load(tmp_path / "global_step_1")
+    assert again.planned == 4 and again.history.epoch == 0
+    np.testing.assert_array_equal(again.history.state_dict()["pending_s"],
+                                  planner.history.state_dict()["pending_s"])
+    again.plan([4, 5])
+    again.record([4, 5, 4, 5], [1.0, 1.0, 0.0, 0.0])
+    assert again.history.epoch == 1
+    with pytest.raises(FileNotFoundError, match="cannot resume"):
+        again.load(tmp_path / "elsewhere")
+    with pytest.raises(ValueError, match="n_prompts = 6"):
+        Planner(5, 4, allocator).load(tmp_path / "global_step_1")
+    with pytest.raises(ValueError, match=r"history_gamma = 0.7 saved, 0.5 now.*n_min = 3 saved"):
+        Planner(6, 4).load(tmp_path / "global_step_1")
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="n0 must be"):
+        Planner(4, 0)
+    with pytest.raises(ValueError, match="prompts_per_epoch"):
+        Planner(4, 2, prompts_per_epoch=5)
+    planner = Planner(4, 2)
+    with pytest.raises(ValueError, match="rows must lie in"):
+        planner.plan([0, 4])
+    with pytest.raises(ValueError, match="planned twice"):
+        planner.plan([0, 0])
+    with pytest.raises(ValueError, match="same length"):
+        planner.record([0], [1.0, 0.0])
+    planner.plan([0, 1])
+    with pytest.raises(ValueError, match=r"rewards must lie in \[0, 1\]"):
+        planner.record([0, 1], [1.0, 2.0])
