@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM)/.installed
 SCALE := .venv-scale
 SCALE_STAMP := $(SCALE)/.installed
 
-.PHONY: test test-fast test-vision test-vllm test-integrations test-browser envs figures site lint bench install clean clean-notebooks
+.PHONY: gpu-check gpu-check-cpu gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -44,7 +44,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(MAKE) --no-print-directory -j3 envs
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist worksteal
-	$(MAKE) --no-print-directory test-vision test-vllm test-integrations test-browser
+	$(MAKE) --no-print-directory test-vision test-vllm test-integrations gpu-check-cpu test-browser
 
 # The extra environments skip pip's byte-compilation (--no-compile): the tests import a small part
 # of torch, vLLM and verl, and compiling everything tripled the set-up time.
@@ -123,3 +123,26 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(VISION) $(VLLM) $(SCALE) build .pytest_cache .hypothesis
+
+# The prepared GPU check (benchmarks/gpu_check.py): TRL with SERA on a SmolLM2-360M-shaped model,
+# ResNet-50 at N0 = 128 and the maze paper preset, in bf16, about 8 minutes on one H200; the
+# report goes to data/gpu/. GPU_PYTHON is an interpreter with CUDA torch, torchvision and
+# transformers; what such a machine lacks comes from `make gpu-wheels` (run where pip reaches
+# PyPI; install with pip install --no-index --no-deps --target DIR .whl/*.whl, DIR on PYTHONPATH).
+GPU_PYTHON ?= python3
+GPU_WHEELS := trl==1.16.0 datasets==4.8.4 dill==0.4.1 multiprocess==0.70.19 math-verify==0.9.0 \
+	latex2sympy2_extended==1.11.0 antlr4-python3-runtime==4.13.2
+gpu-check:
+	$(GPU_PYTHON) benchmarks/gpu_check.py --out data/gpu
+
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp --platform manylinux_2_17_x86_64 -d .whl $(GPU_WHEELS)
+
+# The same check at toy sizes on the CPU (part of make test): TRL and the maze in .venv-scale,
+# ResNet-50 in .venv-vision (torchvision); a failed SERA check fails the target.
+gpu-check-cpu: $(SCALE_STAMP) $(VISION_STAMP)
+	OMP_NUM_THREADS=2 $(SCALE)/bin/python benchmarks/gpu_check.py --cpu --parts trl,maze \
+		--out build/gpu-check-cpu/scale
+	OMP_NUM_THREADS=2 $(VISION)/bin/python benchmarks/gpu_check.py --cpu --parts resnet \
+		--out build/gpu-check-cpu/vision

