@@ -6,8 +6,13 @@ verl is an error, not a skip. In the main environment the file skips.
 """
 
 import asyncio
+import copy
 import inspect
 import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +21,8 @@ import torch
 if not os.environ.get("SERA_REQUIRE_INTEGRATIONS"):
     pytest.importorskip("verl")
 
-from omegaconf import OmegaConf  # noqa: E402
+import yaml  # noqa: E402
+from omegaconf import OmegaConf, open_dict  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
@@ -29,7 +35,11 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 import sera  # noqa: E402
 from sera.integrations import gsm8k  # noqa: E402
 from sera.integrations import verl as plugin  # noqa: E402
+from sera.integrations.planner import HISTORY_FILE  # noqa: E402
 from sera.trainers.config import AllocatorConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MAIN_PPO = "python3 -m verl.trainer.main_ppo"
 
 
 def test_the_verl_internals_the_plugin_relies_on_are_where_it_expects():
@@ -50,6 +60,20 @@ def test_the_verl_internals_the_plugin_relies_on_are_where_it_expects():
     source = inspect.getsource(PPOTrainer._compute_advantage)
     assert '"uid"' in source and '"rm_scores"' in source
     assert "def assign_non_tensor_stack" in inspect.getsource(tu)
+    # Padding rows carry uid pad<hex>, which the plug-in leaves out of n0 and of the history.
+    from verl.trainer.ppo import padding_utils
+
+    assert f'pad_uid = f"{plugin.PAD_PREFIX}{{uuid.uuid4().hex}}"' in inspect.getsource(
+        padding_utils.upsample_batch_to_divisible_size)
+    assert "upsample_batch_to_divisible_size" in inspect.getsource(PPOTrainer._balance_batch)
+    # The settings refuse_unsupported reads, and the loader's dropped last batch.
+    source = inspect.getsource(PPOTrainer._init_dataloader)
+    assert "drop_last=True" in source and '"sync_refill_failed_groups"' in source
+    assert 'get("filter_groups"' in source and "if self.config.algorithm.use_kl_in_reward" in \
+        inspect.getsource(PPOTrainer._compute_advantage)
+    # The checkpoint marker is the last file verl's _save_checkpoint writes.
+    source = inspect.getsource(PPOTrainer._save_checkpoint)
+    assert source.index("latest_checkpointed_iteration.txt") > source.index("data.pt")
 
 
 def _ragged_batch(seed: int, sizes, length: int = 7):
@@ -139,99 +163,108 @@ def _unpacked_by_the_agent_loop(batch, workers: int = 3) -> list[dict]:
     return seen
 
 
-def test_per_prompt_counts_survive_verls_chunking_and_unpacking():
-    source = inspect.getsource(agent_loop_tq.AgentLoopManagerTQ.generate_sequences)
-    assert "prompts.chunk(" in source  # the chunking reproduced in _unpacked_by_the_agent_loop
-    rows = [5, 0, 9, 3, 7, 1, 8]
-    planner = plugin.SeraPlanner(n_prompts=10, n0=4)
-    planner.history.record_groups(np.arange(10), np.arange(10) / 10 * 8, np.full(10, 8))
-    planner.history.end_epoch()
-    batch = _verl_like_batch(rows, 10)
-    counts = planner.plan(batch)
-    assert counts.sum() == 4 * len(rows) and len(set(counts)) > 1 and not planner.last.fallback
-    seen = _unpacked_by_the_agent_loop(batch)
-    expected = sorted(zip(rows, counts.tolist(), strict=True))
-    assert sorted((int(s["index"]), s["n"]) for s in seen) == expected
-
-
-def test_planner_counts_match_the_allocator_and_the_history_folds_each_pass():
-    n_prompts, n0 = 12, 4
-    planner = plugin.SeraPlanner(n_prompts, n0, AllocatorConfig(n_min=2, rounding="exact"))
-    rng = np.random.default_rng(3)
-    p = rng.random(n_prompts)
-    reference = sera.SuccessHistory(n_prompts)
-    fallbacks = []
-    for step in range(9):  # three passes over 12 prompts, 4 per step, a new order each pass
-        if step % 3 == 0:
-            order = rng.permutation(n_prompts)
-        rows = [int(r) for r in order[4 * (step % 3):4 * (step % 3) + 4]]
-        batch = _verl_like_batch(rows, n_prompts)
-        batch["uid"] = [f"s{step}-{r}" for r in rows]
-        counts = planner.plan(batch)
-        fallbacks.append(planner.last.fallback)
-        p_hat, ready = reference.estimate(rows)
-        if ready.all():
-            expected = sera.allocate(p_hat, 4 * n0, n_min=2, n_max=8 * n0, method="exact",
-                                     n0=n0).counts
-        else:
-            expected = np.full(4, n0)
-        np.testing.assert_array_equal(counts, expected)
-        uids = np.repeat([f"s{step}-{r}" for r in rows], counts)
-        scores = (rng.random(counts.sum()) < np.repeat(p[rows], counts)).astype(float)
-        shuffled = rng.permutation(uids.size)  # responses come back in any order
-        planner.record(list(uids[shuffled]), scores[shuffled])
-        reference.record(np.repeat(rows, counts), scores)
-        if (step + 1) % 3 == 0:
-            reference.end_epoch()
-        assert planner.history.epoch == reference.epoch
-    np.testing.assert_allclose(planner.history.successes, reference.successes)
-    assert fallbacks[:3] == [True] * 3 and not any(fallbacks[3:])
-    assert not planner.pending
-    with pytest.raises(KeyError, match="never planned"):
-        planner.record(["nobody"], [1.0])
-
-
-def test_planner_state_round_trips_through_a_checkpoint_folder(tmp_path):
-    planner = plugin.SeraPlanner(6, 4)
-    planner.history.record_groups(np.arange(6), [0, 1, 2, 3, 4, 4], np.full(6, 4))
-    planner.history.end_epoch()
-    planner.seen = 3
-    planner.save(tmp_path / "global_step_7")
-    again = plugin.SeraPlanner(6, 4)
-    again.load(tmp_path / "global_step_7")
-    assert again.seen == 3 and again.history.epoch == 1
-    np.testing.assert_array_equal(again.history.estimate()[0], planner.history.estimate()[0])
-    with pytest.raises(FileNotFoundError, match="sera_sync"):
-        again.load(tmp_path / "elsewhere")
-    with pytest.raises(ValueError, match="covers 6 prompts"):
-        plugin.SeraPlanner(5, 4).load(tmp_path / "global_step_7")
-
-
-def test_the_safeguard_and_unknown_options_are_refused_clearly():
-    with pytest.raises(ValueError, match="replay buffer"):
-        plugin.SeraPlanner(4, 4, AllocatorConfig(u_min=0.5))
-    with pytest.raises(ValueError, match="unknown sera options"):
-        plugin.allocator_from_config(OmegaConf.create({"sera": {"nmin": 2}}))
-    config = plugin.allocator_from_config(OmegaConf.create({"sera": {"n_min": 3,
-                                                                    "history_gamma": 0.7}}))
-    assert config.n_min == 3 and config.history_gamma == 0.7
-    assert plugin.allocator_from_config(OmegaConf.create({})) == AllocatorConfig()
-
-
-def test_trainer_mode_plans_submits_and_records_on_a_fake_batch(tmp_path, monkeypatch):
-    """SeraTrainerSync's own overrides, with verl's trainer set up as far as they touch it: the
-    agent loop manager receives the batch with the counts, TransferQueue returns the scored
-    responses, and checkpoints carry the history."""
-    from verl.trainer.ppo.v1 import trainer_base
-
+def _trainer(tmp_path, n_prompts: int = 8, batch_size: int = 4, indices=None, **sera):
+    """A SeraTrainerSync as far as its hooks touch verl: the configuration, and a data loader
+    over a training set whose extra_info.index column is `indices` (default 100 + row)."""
+    indices = [100 + r for r in range(n_prompts)] if indices is None else indices
+    frame = {"extra_info": [{"split": "train", "index": i} for i in indices]}
+    loader = type("Loader", (), {"dataset": type("Dataset", (), {"dataframe": frame})(),
+                                 "batch_size": batch_size,
+                                 "__len__": lambda self: n_prompts // batch_size})()
     trainer = plugin.SeraTrainerSync.__new__(plugin.SeraTrainerSync)
     trainer.config = OmegaConf.create({
         "actor_rollout_ref": {"rollout": {"n": 4}},
-        "sera": {"n_min": 2},
+        "sera": {"n_min": 2, **sera},
         "trainer": {"default_local_dir": str(tmp_path), "resume_mode": "auto"}})
-    trainer.train_dataloader = type("Loader", (), {"dataset": list(range(8))})()
+    trainer.train_dataloader = loader
     trainer.trainer_mode = "sync"  # what __init__ leaves (test_trainer_mode_runs_as_sync)
     trainer.global_steps = 1
+    return trainer
+
+
+def test_per_prompt_counts_survive_verls_chunking_and_unpacking(tmp_path):
+    source = inspect.getsource(agent_loop_tq.AgentLoopManagerTQ.generate_sequences)
+    assert "prompts.chunk(" in source  # the chunking reproduced in _unpacked_by_the_agent_loop
+    rows = [5, 0, 9, 3, 7, 1, 8]
+    trainer = _trainer(tmp_path, n_prompts=10, batch_size=7)
+    trainer.agent_loop_manager = type("Manager", (), {
+        "generate_sequences": staticmethod(lambda b: None)})()
+    planner = trainer.sera
+    planner.history.record_groups(np.arange(10), np.arange(10) / 10 * 8, np.full(10, 8))
+    planner.history.end_epoch()
+    batch = _verl_like_batch([100 + r for r in rows], 10)
+    from verl.trainer.ppo.v1 import trainer_base
+
+    original = trainer_base.tq.kv_batch_put
+    trainer_base.tq.kv_batch_put = lambda **kwargs: None
+    try:
+        trainer._submit_batch_to_rollout(batch)
+    finally:
+        trainer_base.tq.kv_batch_put = original
+    counts = planner.last.counts
+    assert counts.sum() == 4 * len(rows) and len(set(counts)) > 1 and not planner.last.fallback
+    np.testing.assert_array_equal(
+        counts, sera.allocate(planner.history.estimate(rows)[0], 4 * len(rows), n_min=2,
+                              n_max=32, n0=4).counts)
+    seen = _unpacked_by_the_agent_loop(batch)
+    expected = sorted(zip([100 + r for r in rows], counts.tolist(), strict=True))
+    assert sorted((int(s["index"]), s["n"]) for s in seen) == expected
+
+
+def test_training_rows_come_from_extra_info_index_and_bad_indices_are_refused(tmp_path):
+    assert plugin.dense_rows([{"index": 7}, {"index": 3}, {"index": "q9"}]) == {7: 0, 3: 1,
+                                                                                 "q9": 2}
+    with pytest.raises(ValueError, match=r"row 1 has no extra_info.index.*MaxRL"):
+        plugin.dense_rows([{"index": 0}, {"split": "train"}])
+    with pytest.raises(ValueError, match="row 0 has no extra_info.index"):
+        plugin.dense_rows([None])
+    with pytest.raises(ValueError, match=r"index = 4 appears at training rows 0 and 2"):
+        plugin.dense_rows([{"index": 4}, {"index": 5}, {"index": 4}])
+    # A filtered training set keeps its original indices: the rows are dense anyway.
+    trainer = _trainer(tmp_path, n_prompts=6, batch_size=4, indices=[3, 9, 11, 40, 41, 57])
+    assert trainer.sera.n_prompts == 6 and trainer.sera.prompts_per_epoch == 4
+    assert trainer._sera_rows[57] == 5
+    with pytest.raises(ValueError, match="appears at training rows"):
+        _trainer(tmp_path, indices=[0] * 8).sera  # noqa: B018
+
+
+def test_the_padded_group_gets_no_advantage_and_leaves_n0_alone():
+    token_rewards, mask, uids, rewards = _ragged_batch(4, [3, 5, 4])
+    pad = f"{plugin.PAD_PREFIX}0123abcd"
+    token_rewards = torch.cat([token_rewards, torch.zeros(2, 7)])
+    mask = torch.cat([mask, torch.zeros(2, 7)])
+    mask[-2:, 0] = 1  # padding rows have a one-token response
+    uids = np.concatenate([uids, [pad, pad]]).astype(object)
+    got, _ = plugin.compute_sera_maxrl_advantage(token_rewards, mask, uids)
+    real = slice(0, 12)
+    _, groups = np.unique(uids[real].astype(str), return_inverse=True)
+    expected = sera.maxrl_advantages(rewards.numpy(), groups=groups) \
+        * sera.multiplicity_weights(np.bincount(groups), 4.0)[groups]
+    np.testing.assert_allclose(got[real].numpy(), expected[:, None] * mask[real].numpy(),
+                               atol=1e-6)
+    assert torch.equal(got[12:], torch.zeros(2, 7))
+
+
+def _scored(uids, scores) -> TensorDict:
+    """Scored responses as TransferQueue hands them back (nested, ragged token rows)."""
+    lengths = 1 + np.arange(len(uids)) % 3
+    rm = torch.nested.nested_tensor([torch.cat([torch.zeros(k - 1), torch.tensor([float(s)])])
+                                     for k, s in zip(lengths, scores, strict=True)],
+                                    layout=torch.jagged)
+    fetched = TensorDict({"rm_scores": rm}, batch_size=[len(uids)])
+    tu.assign_non_tensor_stack(fetched, "uid", list(uids))
+    return fetched
+
+
+def test_trainer_mode_plans_submits_records_and_checkpoints_on_fake_batches(tmp_path,
+                                                                             monkeypatch):
+    """SeraTrainerSync's own overrides, with verl's trainer set up as far as they touch it: the
+    agent loop manager receives the batch with the counts, TransferQueue returns the scored
+    responses with verl's padding rows among them, the history folds at the loader's epoch (two
+    batches of 4 out of 9 rows) and is on disk before verl's checkpoint marker."""
+    from verl.trainer.ppo.v1 import trainer_base
+
+    trainer = _trainer(tmp_path, n_prompts=9, batch_size=4)
     submitted = []
     trainer.agent_loop_manager = type("Manager", (), {
         "generate_sequences": staticmethod(lambda b: submitted.append(b))})()
@@ -239,44 +272,122 @@ def test_trainer_mode_plans_submits_and_records_on_a_fake_batch(tmp_path, monkey
     monkeypatch.setattr(trainer_base.tq, "kv_batch_put",
                         lambda keys, partition_id, tags=None, fields=None: stored.update(
                             {k: t for k, t in zip(keys, tags or [None] * len(keys), strict=True)}))
-    # Prime the history so the plan is not uniform.
-    trainer.sera.history.record_groups(np.arange(8), [0, 1, 2, 4, 4, 6, 7, 8], np.full(8, 8))
-    trainer.sera.history.end_epoch()
-    batch = _verl_like_batch([0, 1, 2, 3], 8)
-    assert trainer._submit_batch_to_rollout(batch) == 4
-    counts = [int(n) for n in submitted[0][plugin.COUNT_KEY]]
-    assert sum(counts) == 16 and counts != [4] * 4 and set(stored) == {f"uid-{r}" for r in range(4)}
-
-    # Scored responses as TransferQueue hands them back (nested, ragged token rows).
-    uids = np.repeat([f"uid-{r}" for r in range(4)], counts)
-    scores = np.arange(uids.size) % 2
-    lengths = 1 + np.arange(uids.size) % 3
-    rm = torch.nested.nested_tensor([torch.cat([torch.zeros(k - 1), torch.tensor([float(s)])])
-                                     for k, s in zip(lengths, scores, strict=True)],
-                                    layout=torch.jagged)
-    fetched = TensorDict({"rm_scores": rm}, batch_size=[uids.size])
-    tu.assign_non_tensor_stack(fetched, "uid", list(uids))
-    monkeypatch.setattr(trainer_base.tq, "kv_batch_get", lambda **kwargs: fetched)
     monkeypatch.setattr(PPOTrainer, "_compute_advantage", lambda self, b, metrics: b)
-    metrics = {}
-    trainer._compute_advantage(type("Meta", (), {"keys": list(uids), "partition_id": "train"})(),
-                               metrics)
-    assert metrics["sera/max_count"] == max(counts) and metrics["sera/fallback"] == 0.0
-    pending = trainer.sera.history._pending_s + trainer.sera.history._pending_f
-    np.testing.assert_array_equal(pending[:4], counts)
-    np.testing.assert_array_equal(trainer.sera.history._pending_s[:4],
-                                  np.bincount(np.repeat(np.arange(4), counts), weights=scores))
+    # Prime the history so the plan is not uniform.
+    trainer.sera.history.record_groups(np.arange(9), [0, 1, 2, 4, 4, 6, 7, 8, 3], np.full(9, 8))
+    trainer.sera.history.end_epoch()
+    reference = sera.SuccessHistory(9)
+    reference.load_state_dict(trainer.sera.history.state_dict())
+    for step, rows in enumerate([[0, 1, 2, 3], [8, 5, 4, 7]]):
+        batch = _verl_like_batch([100 + r for r in rows], 9)
+        batch["uid"] = [f"s{step}-{r}" for r in rows]
+        assert trainer._submit_batch_to_rollout(batch) == 4
+        counts = [int(n) for n in submitted[-1][plugin.COUNT_KEY]]
+        assert sum(counts) == 16 and counts != [4] * 4
+        assert set(batch["uid"]) <= set(stored)
+        uids = list(np.repeat(batch["uid"], counts)) + [f"pad{step}ff", f"pad{step}ff"]
+        scores = np.r_[np.arange(16) % 2, 0, 0]
+        fetched = _scored(uids, scores)
+        monkeypatch.setattr(trainer_base.tq, "kv_batch_get", lambda f=fetched, **kwargs: f)
+        metrics = {}
+        trainer._compute_advantage(type("Meta", (), {"keys": uids, "partition_id": "train"})(),
+                                   metrics)
+        assert metrics["sera/max_count"] == max(counts) and metrics["sera/fallback"] == 0.0
+        assert metrics["sera/ignored_responses"] == 2  # the padding rows
+        reference.record(np.repeat(rows, counts), scores[:16])
+    reference.end_epoch()  # 8 of 9 rows planned: the loader's epoch is over
+    assert trainer.sera.history.epoch == reference.epoch == 2 and metrics["sera/epoch"] == 2
+    np.testing.assert_allclose(trainer.sera.history.successes, reference.successes)
 
-    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", lambda self: None)
+    order = []
+
+    def verls_save(self):  # verl writes its marker last; the history must be there by then
+        order.append((tmp_path / "global_step_1" / HISTORY_FILE).exists())
+        (tmp_path / "latest_checkpointed_iteration.txt").write_text("1")
+
+    monkeypatch.setattr(PPOTrainer, "_save_checkpoint", verls_save)
     trainer._save_checkpoint()
-    assert (tmp_path / "global_step_1" / plugin.HISTORY_FILE).exists()
-    resumed = plugin.SeraTrainerSync.__new__(plugin.SeraTrainerSync)
-    resumed.config, resumed.train_dataloader = trainer.config, trainer.train_dataloader
+    assert order == [True]
+    resumed = _trainer(tmp_path, n_prompts=9, batch_size=4)
     monkeypatch.setattr(PPOTrainer, "_load_checkpoint",
                         lambda self: setattr(self, "global_steps", 1))
     resumed._load_checkpoint()
-    np.testing.assert_array_equal(resumed.sera.history._pending_s,
-                                  trainer.sera.history._pending_s)
+    np.testing.assert_array_equal(resumed.sera.history.successes, trainer.sera.history.successes)
+    assert resumed.sera.history.epoch == 2 and resumed.sera.planned == 0
+    with pytest.raises(ValueError, match="n_min = 2 saved, 3 now"):
+        again = _trainer(tmp_path, n_prompts=9, batch_size=4, n_min=3)
+        again._load_checkpoint()
+
+
+@pytest.fixture(scope="module")
+def readme_config():
+    """The README's verl command composed through verl's Hydra config, as main_ppo does."""
+    return _compose(_readme_verl_arguments())
+
+
+def _readme_verl_arguments() -> list[str]:
+    """The arguments of the README's verl command, expanded by bash as a user's shell would
+    (the $(python -c ...) runs in this environment)."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(pip install -e \"\.\[scale\]\".*?)```", text, re.S).group(1)
+    command = block[block.index(MAIN_PPO):].replace(MAIN_PPO, "printf '%s\\n'", 1)
+    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable),
+                                                 os.environ["PATH"]]))
+    out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True,
+                         env=env, cwd=ROOT)
+    return out.stdout.splitlines()
+
+
+def _compose(arguments):
+    import verl
+    from hydra import compose, initialize_config_dir
+
+    folder = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=folder, version_base=None):
+        return compose("ppo_trainer", overrides=arguments)
+
+
+def test_the_readme_verl_command_passes_verls_configuration_check(readme_config):
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    config = readme_config
+    validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                    use_critic=need_critic(config))
+    assert get_trainer_cls(config.trainer.v1.trainer_mode) is plugin.SeraTrainerSync
+    assert config.algorithm.adv_estimator == plugin.ESTIMATOR and config.trainer.use_v1
+    assert config.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == \
+        "sera.integrations.verl.setup"
+    assert config.reward.custom_reward_function.path == gsm8k.__file__
+    # The paper's setting: SmolLM2 on GSM8K, 256 prompts x 128 rollouts, sera's seqnorm.
+    assert (config.data.train_batch_size, config.actor_rollout_ref.rollout.n) == (256, 128)
+    assert config.actor_rollout_ref.actor.loss_scale_factor == config.data.max_response_length
+    plugin.refuse_unsupported(config)  # nothing in it is refused
+
+
+@pytest.mark.parametrize("override, match", [
+    ("algorithm.filter_groups.enable=true", "DAPO group filtering"),
+    ("trainer.v1.sampler.sync_refill_failed_groups=true", "replaces failed groups"),
+    ("algorithm.use_kl_in_reward=true", r"rewards, which MaxRL .* \[0, 1\]"),
+    ("+sera.u_min=0.5", "observability safeguard"),
+    ("+sera.nmin=2", "unknown sera options"),
+])
+def test_settings_that_break_the_history_are_refused_by_name(readme_config, override, match):
+    key, value = override.lstrip("+").split("=")
+    config = copy.deepcopy(readme_config)
+    with open_dict(config):
+        OmegaConf.update(config, key, yaml.safe_load(value), force_add=True)
+    with pytest.raises(ValueError, match=match):
+        plugin.refuse_unsupported(config)
+    with pytest.raises(ValueError, match=match):
+        plugin.SeraTrainerSync(config)
+
+
+def test_allocator_options_come_from_plus_sera_keys():
+    config = plugin.allocator_from_config(OmegaConf.create({"sera": {"n_min": 3,
+                                                                    "history_gamma": 0.7}}))
+    assert config.n_min == 3 and config.history_gamma == 0.7
+    assert plugin.allocator_from_config(OmegaConf.create({})) == AllocatorConfig()
 
 
 def test_trainer_mode_runs_under_verls_sync_name(monkeypatch):

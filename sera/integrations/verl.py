@@ -7,12 +7,14 @@ Importing this module registers two things with verl:
   where n0 is the batch's mean group size (the rollouts per step over the prompts per step:
   rollout.n under SERA, whose counts keep that total);
 - the V1 trainer mode `sera_sync` (`trainer.v1.trainer_mode=sera_sync`): verl's synchronous
-  trainer, except that each batch is planned from a `sera.SuccessHistory` keyed by the dataset
-  row (`index`) before it leaves for rollout, each prompt's count going through verl's per-prompt
-  field `__rollout_n__`; the outcomes are recorded once advantages are computed, the history is
-  folded after every pass over the training set and saved in (and restored from) verl's
-  checkpoints. The rollouts per step stay train_batch_size x rollout.n, so verl's dispatch,
-  mini-batches and padding are unchanged.
+  trainer, except that each batch is planned by a `sera.integrations.planner.Planner` before it
+  leaves for rollout, each prompt's count going through verl's per-prompt field `__rollout_n__`.
+  The history is keyed by dense training rows, mapped at start-up from `extra_info.index` (a
+  missing or repeated index is refused: verl would read a missing one as 0); the outcomes are
+  recorded once advantages are computed, leaving out verl's padding rows (uid `pad<hex>`); the
+  history folds at the data loader's epoch (batches per epoch x batch size) and is saved in
+  global_step_N/ before verl's checkpoint marker. The rollouts per step stay
+  train_batch_size x rollout.n, so verl's dispatch, mini-batches and padding are unchanged.
 
 Both must be registered in the Ray workers that use them: pass
 `+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=sera.integrations.verl.setup`.
@@ -24,29 +26,29 @@ seqnorm is `loss_agg_mode=seq-mean-token-sum-norm` together with
 by each micro-batch's padded width instead). PPO-clip is linear in the advantage, so folding
 n0 / N_q into the advantage is the weighted loss (not for clip_cov / kl_cov).
 
-The observability safeguard (which gives some prompts no rollouts) is refused here: verl's replay
-buffer waits for every submitted prompt.
+Refused with a message (`refuse_unsupported`): DAPO group filtering and failed-group refill (they
+evict groups before the history sees them), `algorithm.use_kl_in_reward=True` (rewards leave
+[0, 1]) and the observability safeguard (verl's replay buffer waits for every submitted prompt).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import logging
 import os
 
 import numpy as np
 import torch
 import verl
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
 from sera.estimators import maxrl_advantages, multiplicity_weights
-from sera.trainers import methods
+from sera.integrations.planner import Planner
 from sera.trainers.config import AllocatorConfig
 
 VERL_VERSION = "0.9.1"
@@ -54,7 +56,8 @@ ESTIMATOR = "sera_maxrl"
 MODE = "sera_sync"
 COUNT_KEY = "__rollout_n__"
 """The per-prompt field verl's V1 agent loop reads a prompt's rollout count from."""
-HISTORY_FILE = "sera_history.json"
+PAD_PREFIX = "pad"
+"""verl's padding rows carry uid `pad<hex>` (padding_utils.upsample_batch_to_divisible_size)."""
 
 logger = logging.getLogger(__name__)
 
@@ -71,94 +74,85 @@ def setup() -> None:
 @core_algos.register_adv_est(ESTIMATOR)
 def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                  index: np.ndarray, config=None, **_):
-    """(advantages, returns), both (responses, response_length): the weighted MaxRL advantage of
-    each response, broadcast over its tokens. The reward of a response is its token rewards'
-    sum, a success indicator in [0, 1]."""
-    scores = (token_level_rewards * response_mask).sum(dim=-1)
-    _, groups = np.unique(np.asarray(index, dtype=object).astype(str), return_inverse=True)
-    sizes = np.bincount(groups)
-    weights = multiplicity_weights(sizes, n0=scores.shape[0] / sizes.size)[groups]
-    advantages = maxrl_advantages(scores.detach().double().cpu(), groups=torch.as_tensor(groups))
-    weights = torch.as_tensor(weights, dtype=torch.float64)
-    per_token = (advantages * weights).to(token_level_rewards.dtype)[:, None] * response_mask
+    """verl's advantage estimator `sera_maxrl`.
+
+    Parameters
+    ----------
+    token_level_rewards, response_mask : Tensor
+        (responses, response_length); a response's reward is its token rewards' sum, a success
+        indicator in [0, 1].
+    index : array
+        Each response's prompt (verl's uid). Padding rows (uid `pad<hex>`) get advantage 0 and
+        count in neither the groups nor n0.
+
+    Returns
+    -------
+    (advantages, returns)
+        Both (responses, response_length): the weighted MaxRL advantage of each response,
+        n0 / N_q times MaxRL over its prompt's group, broadcast over its tokens; n0 is the mean
+        group size of the real prompts.
+    """
+    scores = (token_level_rewards * response_mask).sum(dim=-1).detach().double().cpu()
+    uids = np.asarray(index, dtype=object).astype(str)
+    real = ~np.char.startswith(uids, PAD_PREFIX)
+    values = torch.zeros(scores.shape[0], dtype=torch.float64)
+    if real.any():
+        _, groups = np.unique(uids[real], return_inverse=True)
+        sizes = np.bincount(groups)
+        weights = multiplicity_weights(sizes, n0=real.sum() / sizes.size)[groups]
+        advantages = maxrl_advantages(scores[torch.as_tensor(real)],
+                                      groups=torch.as_tensor(groups))
+        values[torch.as_tensor(real)] = advantages * torch.as_tensor(weights,
+                                                                     dtype=torch.float64)
+    per_token = values.to(token_level_rewards.dtype)[:, None] * response_mask
     return per_token, per_token
 
 
-@dataclasses.dataclass
-class SeraPlanner:
-    """Plans each batch from the success history and keeps the history's bookkeeping: the part of
-    the `sera_sync` trainer mode that does not depend on Ray or TransferQueue."""
+def refuse_unsupported(config) -> None:
+    """Raise ValueError for verl settings under which SERA's history or MaxRL would be wrong:
+    DAPO group filtering and failed-group refill evict all-0 and all-1 groups before the history
+    sees them; a KL penalty in the reward makes rewards negative; the observability safeguard
+    gives prompts no rollouts, which verl's replay buffer waits for."""
+    algorithm = config.get("algorithm", {}) or {}
+    if (algorithm.get("filter_groups", {}) or {}).get("enable", False):
+        raise ValueError("algorithm.filter_groups.enable=True (DAPO group filtering) evicts "
+                         "all-0 and all-1 groups before SERA's history sees them; set "
+                         "algorithm.filter_groups.enable=False with the sera_sync mode")
+    sampler = OmegaConf.select(config, "trainer.v1.sampler", default=None) or {}
+    if sampler.get("sync_refill_failed_groups", False):
+        raise ValueError("trainer.v1.sampler.sync_refill_failed_groups=True replaces failed "
+                         "groups with prompts SERA did not plan; set it to False with the "
+                         "sera_sync mode (failed rollouts are padded and ignored)")
+    if algorithm.get("use_kl_in_reward", False):
+        raise ValueError("algorithm.use_kl_in_reward=True subtracts a KL penalty from the "
+                         "rewards, which MaxRL and the success history need as successes in "
+                         "[0, 1]; set algorithm.use_kl_in_reward=False (a KL loss, "
+                         "actor_rollout_ref.actor.use_kl_loss=True, is unaffected)")
+    if allocator_from_config(config).u_min is not None:
+        raise ValueError("+sera.u_min (the observability safeguard) gives some prompts no "
+                         "rollouts, and verl's replay buffer waits for every prompt it was sent; "
+                         "leave +sera.u_min unset with verl")
 
-    n_prompts: int
-    n0: int
-    allocator: AllocatorConfig = dataclasses.field(default_factory=AllocatorConfig)
 
-    def __post_init__(self):
-        if self.allocator.u_min is not None:
-            raise ValueError("the observability safeguard (u_min) gives some prompts no rollouts, "
-                             "and verl's replay buffer waits for every prompt it was sent; use "
-                             "u_min=None with verl")
-        self.history = self.allocator.history(self.n_prompts)
-        self.pending: dict[str, int] = {}  # uid -> dataset row, for prompts out for rollout
-        self.seen = 0  # prompts recorded since the last fold
+def dense_rows(extra_info) -> dict:
+    """{extra_info.index: dense row} over a training set's `extra_info` column, in row order.
 
-    def plan(self, batch) -> np.ndarray:
-        """Set each prompt's `__rollout_n__` in verl's batch (a TensorDict with `index` and `uid`)
-        and return the counts."""
-        rows = np.asarray(batch["index"]).astype(np.int64).reshape(-1)
-        uids = [str(u) for u in batch["uid"]]
-        allocation = methods.plan(methods.METHODS["sera"], self.allocator, self.n0, rows, None,
-                                  self.history)
-        counts = np.asarray(allocation.counts, dtype=np.int64)
-        tu.assign_non_tensor_stack(batch, COUNT_KEY, [int(n) for n in counts])
-        self.pending.update(zip(uids, rows.tolist(), strict=True))
-        self.last = allocation
-        return counts
-
-    def record(self, uids, scores) -> None:
-        """Queue the outcomes of scored responses (one uid and reward each); fold the history
-        once a whole pass over the training set has been recorded."""
-        uids = [str(u) for u in uids]
-        missing = sorted(set(uids) - set(self.pending))
-        if missing:
-            raise KeyError(f"responses of prompts that were never planned: uid {missing[0]}")
-        self.history.record(np.array([self.pending[u] for u in uids], dtype=np.int64),
-                            np.asarray(scores, dtype=float))
-        done = set(uids)
-        for uid in done:
-            del self.pending[uid]
-        self.seen += len(done)
-        while self.seen >= self.n_prompts:
-            self.history.end_epoch()
-            self.seen -= self.n_prompts
-
-    def state_dict(self) -> dict:
-        state = {k: v.tolist() if isinstance(v, np.ndarray) else v
-                 for k, v in self.history.state_dict().items()}
-        return {"history": state, "seen": self.seen, "n0": self.n0,
-                "allocator": dataclasses.asdict(self.allocator)}
-
-    def load_state_dict(self, state: dict) -> None:
-        if state["history"]["successes"].__len__() != self.n_prompts:
-            raise ValueError(f"the saved history covers {len(state['history']['successes'])} "
-                             f"prompts, the training set has {self.n_prompts}")
-        self.history.load_state_dict(state["history"])
-        self.seen = int(state["seen"])
-
-    def save(self, folder) -> str:
-        path = os.path.join(folder, HISTORY_FILE)
-        os.makedirs(folder, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(self.state_dict(), f)
-        return path
-
-    def load(self, folder) -> None:
-        path = os.path.join(folder, HISTORY_FILE)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} is missing: the checkpoint was not written by the "
-                                    f"{MODE} trainer mode, so the success history cannot resume")
-        with open(path) as f:
-            self.load_state_dict(json.load(f))
+    Raises ValueError when a row has no index (verl would silently use 0) or two rows share one.
+    """
+    how = ("write a unique extra_info.index per row when preparing the parquet, as MaxRL's "
+           "examples/maxrl_data_preprocess/gsm8k.py does (extra_info={'split': split, "
+           "'index': idx} in a map with with_indices=True)")
+    rows = {}
+    for row, info in enumerate(extra_info):
+        if not isinstance(info, dict) or info.get("index") is None:
+            raise ValueError(f"training row {row} has no extra_info.index (got extra_info = "
+                             f"{info!r}); SERA keys its history by it: {how}")
+        index = info["index"]
+        if index in rows:
+            raise ValueError(f"extra_info.index = {index!r} appears at training rows "
+                             f"{rows[index]} and {row}; SERA keys its history by it: {how}")
+        rows[index] = row
+    return rows
 
 
 def allocator_from_config(config) -> AllocatorConfig:
@@ -174,11 +168,14 @@ def allocator_from_config(config) -> AllocatorConfig:
     return AllocatorConfig(**options)
 
 
+
+
 @register_trainer(MODE)
 class SeraTrainerSync(PPOTrainerSync):
     """verl's synchronous V1 trainer with SERA's per-prompt rollout counts (see the module text)."""
 
     def __init__(self, config, *args, **kwargs):
+        refuse_unsupported(config)
         # verl picks its replay buffer and prompt bookkeeping by `trainer_mode == "sync"`; this
         # mode is the sync trainer, so it runs under that name once main_ppo has chosen the class.
         config = copy.deepcopy(config)
@@ -186,18 +183,33 @@ class SeraTrainerSync(PPOTrainerSync):
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config, *args, **kwargs)
 
+    def _init_dataloader(self):
+        super()._init_dataloader()
+        self._sera = None
+        self.sera  # noqa: B018  (a training set without usable indices fails at start-up)
+
     @property
-    def sera(self) -> SeraPlanner:
+    def sera(self) -> Planner:
+        """The planner, built on first use from the training set's extra_info.index column and
+        the data loader's epoch (batches per epoch x batch size: verl drops the last partial
+        batch)."""
         if getattr(self, "_sera", None) is None:
-            self._sera = SeraPlanner(len(self.train_dataloader.dataset),
-                                     int(self.config.actor_rollout_ref.rollout.n),
-                                     allocator_from_config(self.config))
+            loader = self.train_dataloader
+            self._sera_rows = dense_rows(loader.dataset.dataframe["extra_info"])
+            self._sera = Planner(len(self._sera_rows),
+                                 int(self.config.actor_rollout_ref.rollout.n),
+                                 allocator_from_config(self.config),
+                                 prompts_per_epoch=len(loader) * loader.batch_size)
         return self._sera
 
     def _submit_batch_to_rollout(self, batch):
-        counts = self.sera.plan(batch)
+        planner = self.sera
+        rows = [self._sera_rows[i] for i in np.asarray(batch["index"]).reshape(-1).tolist()]
+        allocation = planner.plan(rows, keys=[str(u) for u in batch["uid"]])
+        counts = allocation.counts
+        tu.assign_non_tensor_stack(batch, COUNT_KEY, [int(n) for n in counts])
         logger.info("sera: %d prompts, counts %d..%d%s", len(counts), counts.min(), counts.max(),
-                    " (uniform: some prompts have no estimate yet)" if self.sera.last.fallback
+                    " (uniform: some prompts have no estimate yet)" if allocation.fallback
                     else "")
         return super()._submit_batch_to_rollout(batch)
 
@@ -210,17 +222,23 @@ class SeraTrainerSync(PPOTrainerSync):
         padded = data.to_padded_tensor()
         uids = padded["uid"]
         uids = uids.tolist() if hasattr(uids, "tolist") else list(uids)
-        self.sera.record(uids, padded["rm_scores"].sum(dim=-1).tolist())
+        # Padding rows and any other uid the planner never sent out are left out.
+        ignored = self.sera.record([str(u) for u in uids], padded["rm_scores"].sum(dim=-1).tolist())
         last = self.sera.last
         metrics["sera/fallback"] = float(last.fallback)
         metrics["sera/max_count"] = float(np.max(last.counts))
         metrics["sera/min_count"] = float(np.min(last.counts))
+        metrics["sera/ignored_responses"] = float(ignored)
+        metrics["sera/epoch"] = float(self.sera.history.epoch)
         return batch
 
     def _save_checkpoint(self):
-        super()._save_checkpoint()
+        # The history goes into global_step_N/ before verl writes latest_checkpointed_iteration.txt
+        # (the last thing super() does), so a crash in between leaves no marker pointing at a
+        # checkpoint without its history.
         self.sera.save(os.path.join(self.config.trainer.default_local_dir,
                                     f"global_step_{self.global_steps}"))
+        super()._save_checkpoint()
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -228,6 +246,5 @@ class SeraTrainerSync(PPOTrainerSync):
             return
         trainer = self.config.trainer
         folder = trainer.resume_from_path if trainer.resume_mode == "resume_path" else \
-            os.path.join(os.path.abspath(trainer.default_local_dir),
-                         f"global_step_{self.global_steps}")
-        self.sera.load(folder)
+            os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}")
+        self.sera.load(os.path.abspath(folder))
