@@ -250,8 +250,8 @@ def part_resnet(cpu: bool, budget: float, work: Path) -> dict:
     summary = steps.summary()
     images = batch / summary["step_s_median"]
     return {"setting": f"ResNet-50 from scratch, {classes} classes x {per_class} generated "
-                       f"images, {batch} images x N0 = {n0} label rollouts a step, bf16 "
-                       f"autocast", **summary, **_memory(),
+                       f"images, {batch} images x N0 = {n0} label rollouts a step, "
+                       f"{'float32' if cpu else 'bf16 autocast'}", **summary, **_memory(),
             "throughput": f"{images:.0f} images/s, {images * n0:.0f} rollouts/s",
             "checks": _loop_checks(run, study.n_prompts, batch)}
 
