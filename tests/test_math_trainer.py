@@ -27,7 +27,7 @@ def _tiny(tmp_path, **changes):
                                          ("grpo", "token-mean"), ("knapsack-maxrl", "seqnorm")])
 def test_methods_train_on_the_generated_set(method, agg, tmp_path):
     config = _tiny(tmp_path, method=method, agg=agg)
-    results = trainer.train(config)
+    results = sequence.train(config, trainer.build)
     metrics, final = results.metrics, results.final
     assert set(metrics["method"]) == {method} and set(metrics["agg"]) == {agg}
     assert final["correct"].between(0, 4).all() and len(final) == 6
@@ -39,14 +39,14 @@ def test_methods_train_on_the_generated_set(method, agg, tmp_path):
 
 
 def test_sera_allocates_after_the_first_epoch(tmp_path):
-    results = trainer.train(_tiny(tmp_path, method="sera", steps=6))
+    results = sequence.train(_tiny(tmp_path, method="sera", steps=6), trainer.build)
     allocated = results.allocations.groupby("step")["allocated"].first()
     assert not allocated.loc[:1].any() and allocated.loc[2:].all()  # epoch: steps 0 and 1
 
 
 def test_killed_run_resumes_to_the_same_table(tmp_path):
     config = _tiny(tmp_path, method="sera", steps=5)
-    whole = trainer.train(dataclasses.replace(config, out=str(tmp_path / "whole")))
+    whole = sequence.train(dataclasses.replace(config, out=str(tmp_path / "whole")), trainer.build)
 
     def kill(run):
         if run.step == 3:
@@ -54,8 +54,8 @@ def test_killed_run_resumes_to_the_same_table(tmp_path):
 
     killed = dataclasses.replace(config, out=str(tmp_path / "killed"))
     with pytest.raises(KeyboardInterrupt):
-        trainer.train(killed, callback=kill)
-    resumed = trainer.train(killed)
+        sequence.train(killed, trainer.build, callback=kill)
+    resumed = sequence.train(killed, trainer.build)
     pd.testing.assert_frame_equal(resumed.metrics, whole.metrics)
     pd.testing.assert_frame_equal(resumed.final, whole.final)
 
@@ -63,7 +63,7 @@ def test_killed_run_resumes_to_the_same_table(tmp_path):
 def test_a_users_model_and_gsm8k_files(tmp_path):
     """A local model folder (the tiny warm-up saved as a user would have it) trained on GSM8K-
     format files, with the prompts through its chat template."""
-    first = trainer.train(_tiny(tmp_path, method="maxrl", steps=1))
+    first = sequence.train(_tiny(tmp_path, method="maxrl", steps=1), trainer.build)
     folder = tmp_path / "run" / "model"
     tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
     tokenizer_config["chat_template"] = (
@@ -77,7 +77,7 @@ def test_a_users_model_and_gsm8k_files(tmp_path):
                    method="grpo", steps=2)
     study = trainer.build(config)
     assert study.task.tokenizer.decode(study.task.train_prompts[0]).endswith("{}. Answer:")
-    results = trainer.train(config)
+    results = sequence.train(config, trainer.build)
     assert len(results.final) == 4
     assert first.final is not None
 
@@ -117,7 +117,7 @@ def test_command_line(tmp_path, capsys):
              "--eval-every", "2", "--eval-samples", "2", "--val-k", "1", "2",
              "--final-samples", "4", "--warmup-steps", "2", "--warmup-batch", "8",
              "--method", "maxrl", "--no-progress", "--out", config.out]
-    assert trainer.main(flags) == 0
+    assert sequence.main(trainer.MathConfig, trainer.PRESETS, trainer.build, flags) == 0
     assert "maxrl token-mean seed=0: pass@1" in capsys.readouterr().out
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["n_train"] == 16 and saved["engine"] == "transformers"

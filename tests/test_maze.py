@@ -161,7 +161,7 @@ def _tiny(tmp_path, **changes):
 @pytest.mark.parametrize("method, agg", [("maxrl", "token-mean"), ("sera", "seqnorm"),
                                          ("grpo", "token-mean"), ("rloo", "seqnorm")])
 def test_every_method_runs_on_a_tiny_budget(method, agg, tmp_path):
-    results = maze_trainer.train(_tiny(tmp_path, method=method, agg=agg))
+    results = sequence.train(_tiny(tmp_path, method=method, agg=agg), maze_trainer.build)
     saved = pd.read_csv(tmp_path / "run" / "metrics.csv")
     assert set(saved["agg"]) == {agg} and set(saved["method"]) == {method}
     assert {"train_reward", "token_entropy", "grad_norm", "val_pass", "pass"} <= set(
@@ -173,7 +173,7 @@ def test_every_method_runs_on_a_tiny_budget(method, agg, tmp_path):
 
 def test_sera_allocates_after_the_first_epoch(tmp_path):
     # 16 mazes in batches of 4: steps 0-3 are epoch 0 (uniform), steps 4-7 allocate.
-    table = maze_trainer.train(_tiny(tmp_path, method="sera", steps=8)).metrics
+    table = sequence.train(_tiny(tmp_path, method="sera", steps=8), maze_trainer.build).metrics
     allocated = table.loc[table["metric"] == "allocated", "value"].tolist()
     assert allocated == [0.0] * 4 + [1.0] * 4
 
@@ -182,13 +182,14 @@ def test_a_run_that_never_allocates_fails_loudly(tmp_path):
     from sera.trainers.loop import DegenerateRunError
 
     with pytest.raises(DegenerateRunError, match="allocated from its estimates in 0%"):
-        maze_trainer.train(_tiny(tmp_path, method="sera", min_allocated_share=0.5))
+        sequence.train(_tiny(tmp_path, method="sera", min_allocated_share=0.5), maze_trainer.build)
     assert (tmp_path / "run" / "metrics.csv").exists()  # the tables were saved first
 
 
 def test_killed_run_resumes_to_the_same_table(tmp_path):
     config = _tiny(tmp_path, method="sera", steps=6)
-    whole = maze_trainer.train(dataclasses.replace(config, out=str(tmp_path / "whole")))
+    whole = sequence.train(dataclasses.replace(config, out=str(tmp_path / "whole")),
+                           maze_trainer.build)
 
     def kill(run):
         if run.step == 5:
@@ -196,14 +197,14 @@ def test_killed_run_resumes_to_the_same_table(tmp_path):
 
     killed = dataclasses.replace(config, out=str(tmp_path / "killed"))
     with pytest.raises(KeyboardInterrupt):
-        maze_trainer.train(killed, callback=kill)
-    resumed = maze_trainer.train(killed)
+        sequence.train(killed, maze_trainer.build, callback=kill)
+    resumed = sequence.train(killed, maze_trainer.build)
     pd.testing.assert_frame_equal(resumed.metrics, whole.metrics)
     pd.testing.assert_frame_equal(resumed.final, whole.final)
 
 
 def test_command_line(tmp_path):
-    code = maze_trainer.main([
+    code = sequence.main(maze_trainer.MazeConfig, maze_trainer.PRESETS, maze_trainer.build, [
         "--method", "maxrl", "--size", "7", "--steps", "1", "--seed", "2", "--agg", "seqnorm",
         "--out", str(tmp_path / "cli"), "--n-train", "30", "--n-val", "4", "--width", "16",
         "--layers", "1", "--heads", "2", "--kv-heads", "1", "--warmup-steps", "1",

@@ -156,13 +156,13 @@ def test_maze_figures_draw():
                 rows.append((step, method, 0, 8, metric, None, 0.3, agg))
     table = pd.DataFrame(rows, columns=["step", "method", "seed", "n0", "metric", "k", "value",
                                         "agg"])
-    assert len(splot.plot_maze_validation(table).axes) == 2
+    assert len(splot.plot_sequence_validation(table).axes) == 2
     assert len(splot.plot_training_diagnostics(table).axes) == 6
     profile = pd.DataFrame({"method": ["maxrl"] * 3, "agg": ["token-mean"] * 3, "k": [1, 2, 4],
                             "pass@k": [0.2, 0.3, 0.4]})
     gains = pd.DataFrame({"agg": ["token-mean"] * 3, "k": [1, 2, 4], "gain": [0.0, 0.01, 0.02],
                           "low": [-0.1, -0.1, -0.1], "high": [0.1, 0.1, 0.1]})
-    assert len(splot.plot_maze_profile(profile, gains).axes) == 2
+    assert len(splot.plot_sequence_profile(profile, gains).axes) == 2
     allocations = pd.DataFrame({"step": [1, 2], "prompt": [0, 1], "estimate": [0.1, 0.8],
                                 "rollouts": [20, 2]})
     assert isinstance(splot.plot_allocation_vs_estimate(allocations, 8), Figure)

@@ -18,11 +18,11 @@ from sera.plotting.fidelity import (
     plot_mixed_probability,
     plot_rollouts_for_fidelity,
 )
-from sera.plotting.maze import (
+from sera.plotting.sequence import (
     plot_allocation_vs_estimate,
     plot_maze_paths,
-    plot_maze_profile,
-    plot_maze_validation,
+    plot_sequence_profile,
+    plot_sequence_validation,
     plot_training_diagnostics,
 )
 from sera.plotting.study import (
@@ -51,8 +51,8 @@ __all__ = [
     "plot_kappa_curves",
     "plot_kappa_slider",
     "plot_maze_paths",
-    "plot_maze_profile",
-    "plot_maze_validation",
+    "plot_sequence_profile",
+    "plot_sequence_validation",
     "plot_mixed_probability",
     "plot_reweighting",
     "plot_rollouts_for_fidelity",

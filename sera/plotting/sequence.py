@@ -1,6 +1,6 @@
-"""Figures of the maze study, drawn from mazes, sampled answers and the runs' tables.
+"""Figures of the sequence studies (maze, math), drawn from the runs' tables, and the maze's paths.
 
-Used by notebooks/05_maze_navigation.ipynb.
+Used by notebooks/05_maze_navigation.ipynb and notebooks/07_math_reasoning.ipynb.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def _runs(table: pd.DataFrame):
 
 
 @styled
-def plot_maze_validation(metrics: pd.DataFrame, ks=(1, 16)):
+def plot_sequence_validation(metrics: pd.DataFrame, ks=(1, 16)):
     """Validation Pass@K on held-out prompts along RL training (mean over seeds), per method
     (colour) and loss aggregation (solid token-mean, dashed seqnorm)."""
     fig, axes = new_figure(ncols=len(ks), width=3.7, height=3.0, squeeze=False)
@@ -77,7 +77,7 @@ def plot_maze_validation(metrics: pd.DataFrame, ks=(1, 16)):
 
 
 @styled
-def plot_maze_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = None,
+def plot_sequence_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = None,
                       subject: str = "mazes"):
     """Final Pass@K against K per method and aggregation, mean over seeds (left) and, when
     given, SERA - MaxRL per aggregation with paired-bootstrap 95% intervals over held-out

@@ -12,13 +12,9 @@ local Hugging Face folder and --data/--val-data local files (see sera.tasks.math
 worked solutions, then RL), which is what notebooks/07_math_reasoning.ipynb runs on a CPU.
 
 Presets: `fast` and `long` (the CPU study, 40 and 120 steps), and the paper's settings for one GPU
-with vLLM rollouts: `smollm2-gsm8k` (MaxRL's public GSM8K run: 256 prompts x 128 rollouts a step,
-lr 1e-5, responses up to 2,048 tokens, training temperature 1.0, validation at 0.6 and top-p 0.95
-with 32 samples, no KL; evaluated at step 2,000 with 256 samples per GSM8K-Platinum question),
-`qwen2.5-math-1.5b` (step 600) and `qwen3-4b-base` (step 1,000), evaluated with 512 samples at
-temperature 0.6, top-p 0.95, token-mean. The paper does not give the Qwen runs' training settings;
-those presets take MaxRL's public Qwen3 script's (256 prompts x 16 rollouts, lr 1e-6, responses up
-to 4,096 tokens, gradient clip 0.3).
+with vLLM rollouts: `smollm2-gsm8k` (MaxRL's public GSM8K run, evaluated at step 2,000 on
+GSM8K-Platinum), `qwen2.5-math-1.5b` (step 600) and `qwen3-4b-base` (step 1,000); the numbers and
+their sources are beside PRESETS below.
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ from typing import Literal
 
 from sera import models
 from sera.tasks import math as task_math
-from sera.trainers import cli, loop, sequence
+from sera.trainers import sequence
 from sera.trainers.engines import VLLMEngine
 
 PAPER_MODELS = {
@@ -66,17 +62,8 @@ class MathConfig(sequence.SequenceConfig):
     """Operations per generated problem (harder with more)."""
     max_number: int = 5
     """Largest number a generated problem starts from or adds."""
-    data_seed: int = 0
-    """Seed of the generated set and of the tiny model's warm-up."""
     width: int = 128
-    """Tiny decoder: hidden size."""
-    layers: int = 2
-    """Tiny decoder: layers."""
-    heads: int = 4
-    """Tiny decoder: attention heads (width / heads must be a head size vLLM's CPU attention
-    takes: 32, 64, 128, ...)."""
-    kv_heads: int = 2
-    """Tiny decoder: key-value heads."""
+    """Tiny decoder (trained from scratch): hidden size."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -85,20 +72,20 @@ class MathConfig(sequence.SequenceConfig):
                              "set)")
 
     def task_fields(self) -> dict:
-        names = ("n_train", "n_val", "problem_steps", "max_number", "data_seed", "width",
-                 "layers", "heads", "kv_heads")
+        names = ("n_train", "n_val", "problem_steps", "max_number")
         return {name: getattr(self, name) for name in names}
 
 
-# MaxRL's public SmolLM2 GSM8K script (smollm/smollm.sh): validation samples at 0.6, top-p 0.95.
+# MaxRL's public SmolLM2 GSM8K script (smollm/smollm.sh): 256 prompts x 128 rollouts, lr 1e-5,
+# responses up to 2,048 tokens, training at temperature 1.0, validation at 0.6 and top-p 0.95 with
+# 32 samples, no KL; the paper evaluates at step 2,000 with 256 samples per question.
 _PAPER = dict(n0=128, batch_size=256, lr=1e-5, max_new_tokens=2048, temperature=1.0,
               eval_temperature=0.6, eval_top_p=0.95, eval_samples=32, val_k=(1, 8, 32),
               engine="vllm", dtype="bfloat16", gradient_checkpointing=True, micro_batch=64,
               micro_batch_tokens=65_536, kv_cache_gib=16.0, warmup_steps=0, eval_every=100,
               checkpoint_every=100, grad_clip=1.0, agg="token-mean")
-# The paper does not state the Qwen runs' training settings: MaxRL's public Qwen3 script
-# (qwen3_experiments/run_qwen3_training.sh) trains 256 prompts x 16 rollouts, lr 1e-6, responses
-# up to 4,096 tokens, gradient clip 0.3.
+# The paper does not state the Qwen runs' training settings: these are MaxRL's public Qwen3
+# script's (qwen3_experiments/run_qwen3_training.sh). The paper evaluates with 512 samples.
 _QWEN = {**_PAPER, "n0": 16, "lr": 1e-6, "max_new_tokens": 4096, "grad_clip": 0.3,
          "kv_cache_gib": 24.0, "micro_batch": 16}
 
@@ -147,18 +134,9 @@ def build(config: MathConfig) -> sequence.SequenceStudy:
     setting and shared through warmup_dir), the engine, and the study."""
     train, val = problems(config)
     if config.model is None:
-        tokenizer = tiny_tokenizer(train)
-        task = task_math.MathTask(train, val, tokenizer)
-        longest = max(map(len, task.train_prompts + task.val_prompts))
-        max_positions = longest + config.max_new_tokens + 8
-        folder = Path(config.warmup_dir) if config.warmup_dir else Path(config.out) / "warmup"
-        settings = {**sequence.warmup_settings(config, config.task_fields()),
-                    "seed": config.data_seed, "max_positions": max_positions}
-        model, _ = sequence.warm_up(config, task, lambda: models.decoder(
-            len(tokenizer), config.width, config.layers, config.heads, config.kv_heads,
-            max_positions, pad_token_id=task.pad_token_id, eos_token_id=task.stop_token_id),
-            folder, settings)
-        source = folder
+        task = task_math.MathTask(train, val, tiny_tokenizer(train))
+        model = sequence.tiny_decoder(config, task)
+        source = sequence.warmup_folder(config)
     else:
         from transformers import AutoTokenizer
 
@@ -181,21 +159,5 @@ def build(config: MathConfig) -> sequence.SequenceStudy:
     return sequence.SequenceStudy(config, task, model, engine)
 
 
-def train(config: MathConfig, callback=None) -> loop.Results:
-    """Build (warming up the tiny model when needed), then run, resume or read back."""
-    return loop.fit(build(config), callback)
-
-
-def run_grid(base: MathConfig, runs, seeds, runs_dir, rerun: bool = False,
-             progress: bool = True) -> loop.Results:
-    """Every (method, agg) in `runs` x seed, all from one warm-up in runs_dir/warmup."""
-    return sequence.run_grid(base, build, runs, seeds, runs_dir, rerun, progress)
-
-
-def main(argv=None) -> int:
-    config = cli.parse(MathConfig, PRESETS, argv, __doc__)
-    return sequence.report(config, train(config))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(sequence.main(MathConfig, PRESETS, build, description=__doc__))

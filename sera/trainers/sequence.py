@@ -91,6 +91,17 @@ class SequenceConfig(RunConfig):
     """AdamW learning rate of the warm-up."""
     warmup_dir: str | None = None
     """Where the warm-up model lives (shared by runs); None means OUT/warmup."""
+    data_seed: int = 0
+    """Seed of the task's generated data and of the warm-up."""
+    width: int = 64
+    """Tiny decoder (trained from scratch): hidden size."""
+    layers: int = 2
+    """Tiny decoder: layers."""
+    heads: int = 4
+    """Tiny decoder: attention heads (width / heads must be a head size vLLM's CPU attention
+    takes: 32, 64, 128, ...)."""
+    kv_heads: int = 2
+    """Tiny decoder: key-value heads."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -108,6 +119,15 @@ class SequenceConfig(RunConfig):
     @property
     def aggregation(self) -> str:
         return self.agg
+
+    def task_fields(self) -> dict:
+        """The task's fields that the warm-up model depends on (each task lists its own)."""
+        return {}
+
+    def decoder_fields(self) -> dict:
+        """The tiny decoder's fields."""
+        names = ("data_seed", "width", "layers", "heads", "kv_heads")
+        return {name: getattr(self, name) for name in names}
 
 
 class SequenceStudy:
@@ -324,6 +344,35 @@ def warmup_settings(config: SequenceConfig, task_fields: dict) -> dict:
     return {**task_fields, **{n: getattr(config, n) for n in names}}
 
 
+def warmup_folder(config: SequenceConfig) -> Path:
+    """Where the warm-up model lives: warmup_dir, or OUT/warmup."""
+    return Path(config.warmup_dir) if config.warmup_dir else Path(config.out) / "warmup"
+
+
+def tiny_decoder(config: SequenceConfig, task: Task):
+    """The tiny decoder of config's width, layers and heads after its supervised warm-up on
+    `task`, trained once per setting and reused from warmup_folder(config). Its vocabulary and
+    special tokens are the task tokenizer's."""
+    from sera import models
+
+    tokenizer = task.tokenizer
+    longest = max(map(len, task.train_prompts + task.val_prompts))
+    max_positions = longest + config.max_new_tokens + 8
+    settings = {**warmup_settings(config, {**config.task_fields(), **config.decoder_fields()}),
+                "seed": config.data_seed, "max_positions": max_positions}
+    model, _ = warm_up(config, task, lambda: models.decoder(
+        len(tokenizer), config.width, config.layers, config.heads, config.kv_heads,
+        max_positions, pad_token_id=task.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id), warmup_folder(config), settings)
+    return model
+
+
+def train(config: SequenceConfig, build, callback=None) -> loop.Results:
+    """Build the study (warming up when needed), then run, resume or read back its RL stage;
+    `build` is the task module's (e.g. sera.trainers.maze.build)."""
+    return loop.fit(build(config), callback)
+
+
 def run_grid(base: SequenceConfig, build, runs, seeds, runs_dir, rerun: bool = False,
              progress: bool = True) -> loop.Results:
     """Every (method, agg) in `runs` x seed of a sequence study, all from one warm-up in
@@ -334,6 +383,27 @@ def run_grid(base: SequenceConfig, build, runs, seeds, runs_dir, rerun: bool = F
     configs = [dataclasses.replace(base, method=method, agg=agg, seed=seed)
                for seed in seeds for method, agg in runs]
     return loop.run_grid(configs, build, runs_dir, rerun, progress)
+
+
+def sample_answers(folder, task: Task, index: int, n: int, max_new_tokens: int, seed: int = 0):
+    """n responses (token ids) of the model saved in folder/model to held-out prompt `index`,
+    with their rewards."""
+    from sera.models import load_decoder
+
+    model = load_decoder(Path(folder) / "model")
+    sampling = Sampling(max_new_tokens, stop_token_id=task.stop_token_id,
+                        pad_token_id=task.pad_token_id)
+    out = TransformersEngine(model).generate([task.val_prompts[index]], [n], sampling, seed)
+    return out, [task.reward("val", index, r) for r in out]
+
+
+def main(config_type, presets: dict, build, argv=None, description: str = "") -> int:
+    """A sequence task's command line: the config from --preset and the flags, one run, and its
+    final Pass@1 and Pass@max printed."""
+    from sera.trainers import cli
+
+    config = cli.parse(config_type, presets, argv, description)
+    return report(config, train(config, build))
 
 
 def report(config: SequenceConfig, results: loop.Results) -> int:
