@@ -6,6 +6,10 @@ error there); skips in the main environment.
 """
 
 import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,73 +18,39 @@ import torch
 if not os.environ.get("SERA_REQUIRE_INTEGRATIONS"):
     pytest.importorskip("trl")
 
-from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
+from trl_two_processes import level_reward as _level_reward  # noqa: E402
+from trl_two_processes import make_trainer, replay  # noqa: E402
 
 import sera  # noqa: E402
 from sera.integrations import gsm8k  # noqa: E402
 from sera.integrations import trl as plugin  # noqa: E402
-from sera.models import decoder  # noqa: E402
-from sera.tasks.math import build_tokenizer  # noqa: E402
-from sera.trainers.config import AllocatorConfig  # noqa: E402
 
-LEVELS = [0.05, 0.2, 0.5, 0.9, 0.3, 0.7, 0.1, 0.6]  # each prompt's success probability
-
-
-def _bernoulli_reward():
-    rng = np.random.default_rng(0)
-
-    def level_reward(completions, level, **_):
-        return [float(rng.random() < p) for p in level]
-
-    return level_reward
-
-
-def _trainer(tmp_path, steps: int, **overrides):
-    prompts = [f"Question {i}: what is {i} plus {i}?" for i in range(len(LEVELS))]
-    tokenizer = build_tokenizer(prompts + ["The answer is 0123456789."], vocab_size=300)
-    torch.manual_seed(0)
-    model = decoder(len(tokenizer), width=32, layers=1, heads=2, kv_heads=1, max_positions=64,
-                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8,
-                      num_generations=4, max_completion_length=6, max_steps=steps,
-                      learning_rate=1e-3, use_cpu=True, report_to="none", logging_steps=1,
-                      save_steps=4, seed=0, loss_type="dr_grpo", beta=0.0,
-                      disable_tqdm=True, **overrides)
-    data = Dataset.from_dict({"prompt": prompts, "level": LEVELS})
-    return plugin.SeraGRPOTrainer(model=model, reward_funcs=_bernoulli_reward(), args=args,
-                                  train_dataset=data, processing_class=tokenizer,
-                                  allocator=AllocatorConfig(n_min=2, n_max=6))
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_sera_trains_through_trls_grpo_trainer(tmp_path):
-    trainer = _trainer(tmp_path, steps=8)
+    trainer = make_trainer(tmp_path / "out", steps=8)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     log = list(trainer.sera_log)
     assert len(log) == 8  # one generation batch per step: 2 prompts x 4 rollouts
-    reference = sera.SuccessHistory(len(LEVELS))
-    for i, entry in enumerate(log):
-        ids, counts = entry["ids"], entry["counts"]
-        assert counts.sum() == 8 and (counts >= 2).all() and (counts <= 6).all()
-        # Counts: the first pass is uniform (no estimates yet), later ones the allocator's plan.
-        p_hat, ready = reference.estimate(ids)
-        if i < 4:
-            assert entry["fallback"] and (counts == 4).all()
-        else:
-            assert ready.all() and not entry["fallback"]
-            np.testing.assert_array_equal(counts, sera.allocate(p_hat, 8, n_min=2, n_max=6,
-                                                                n0=4).counts)
+    # Counts: the first pass is uniform (no estimates yet), later ones the allocator's plan
+    # over a replayed history that folds every 4 batches (8 prompts, 2 per batch).
+    reference = replay(log, 8, per_epoch=8)
+    assert [e["fallback"] for e in log] == [True] * 4 + [False] * 4
+    for entry in log:
+        counts = entry["counts"]
+        assert (counts >= 2).all() and (counts <= 6).all()
         # Advantages: MaxRL over each prompt's own group times n0 / N_q.
         expected = sera.maxrl_advantages(entry["rewards"], sizes=counts) * np.repeat(4 / counts,
                                                                                     counts)
         np.testing.assert_allclose(entry["advantages"], expected)
-        reference.record(np.repeat(ids, counts), entry["rewards"])
-        if (i + 1) % 4 == 0:
-            reference.end_epoch()
     assert any(len(set(e["counts"])) > 1 for e in log[4:]), "SERA never left uniform counts"
     np.testing.assert_allclose(trainer.sera_history.successes, reference.successes)
     assert trainer.sera_history.epoch == 2
+    # TRL's completions table shows SERA's advantages, not its own grouped ones.
+    np.testing.assert_allclose(list(trainer._logs["advantages"]), log[-1]["advantages"])
     after = trainer.model.parameters()
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -88,22 +58,94 @@ def test_sera_trains_through_trls_grpo_trainer(tmp_path):
     assert (tmp_path / "out" / "checkpoint-4" / plugin.HISTORY_FILE).exists()
 
 
+def test_the_history_folds_at_the_loaders_epoch_not_after_len_dataset_prompts(tmp_path):
+    """10 prompts, 4 per generation batch: TRL's sampler drops the last 2 each epoch, so an
+    epoch is 2 batches (8 prompts), and the history folds after each of them."""
+    levels = [0.5] * 10
+    trainer = make_trainer(tmp_path / "out", steps=6, levels=levels,
+                           per_device_train_batch_size=16, save_steps=100)
+    assert trainer.sera_planner.prompts_per_epoch == 8
+    trainer.train()
+    assert trainer.sera_history.epoch == 3
+    replay(list(trainer.sera_log), 10, per_epoch=8)
+
+
+def test_unscored_completions_are_left_out_not_counted_as_failures(tmp_path):
+    """A completion no reward function can score (None, NaN in TRL) gets advantage 0 and stays
+    out of its group's mean and of the history, as TRL leaves it out of its baselines."""
+    score = _level_reward()
+
+    def sometimes_unscored(completions, level, **kwargs):
+        rewards = score(completions, level, **kwargs)
+        return [None if i % 3 == 0 else r for i, r in enumerate(rewards)]
+
+    trainer = make_trainer(tmp_path / "out", steps=8, reward=sometimes_unscored, save_steps=100)
+    trainer.train()
+    log = list(trainer.sera_log)
+    for entry in log:
+        rewards, counts = entry["rewards"], entry["counts"]
+        unscored = np.isnan(rewards)
+        assert unscored.any()
+        assert (entry["advantages"][unscored] == 0).all()
+        np.testing.assert_allclose(entry["advantages"], plugin.weighted_maxrl(rewards, counts, 4))
+    reference = replay(log, 8, per_epoch=8)
+    np.testing.assert_allclose(trainer.sera_history.successes, reference.successes)
+    np.testing.assert_allclose(trainer.sera_history.failures, reference.failures)
+    # Against a history that counted them as failures, the estimates differ.
+    trials = sum(np.bincount(np.repeat(e["ids"], e["counts"]), minlength=8) for e in log[:4])
+    scored = sum(np.bincount(np.repeat(e["ids"], e["counts"])[~np.isnan(e["rewards"])],
+                             minlength=8) for e in log[:4])
+    assert (scored < trials).any()
+
+
+def test_weighted_maxrl_over_scored_responses():
+    rewards = np.array([1.0, 0.0, np.nan, 1.0, 0.0, 0.0, np.nan, np.nan])
+    counts = np.array([3, 3, 2])
+    got = plugin.weighted_maxrl(rewards, counts, n0=4)
+    # Prompt 0: scored [1, 0] (mean 1/2), weight 4/2; prompt 1: [1, 0, 0] (mean 1/3), 4/3;
+    # prompt 2: nothing scored.
+    expected = [2 * 1.0, 2 * -1.0, 0, 4 / 3 * 2.0, 4 / 3 * -1.0, 4 / 3 * -1.0, 0, 0]
+    np.testing.assert_allclose(got, expected)
+
+
+def test_two_processes_plan_once_over_the_global_batch(tmp_path):
+    """accelerate launch, two CPU processes (gloo): one plan over both processes' prompts, equal
+    to sera.allocate over a replayed history; the same history on both; a group straddling the
+    processes; resume on both (tests/trl_two_processes.py holds the checks)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = Path(__file__).with_name("trl_two_processes.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu",
+         "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
+         "--dynamo_backend", "no", "--num_cpu_threads_per_process", "1",
+         "--main_process_port", str(port), str(script), str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-6000:]
+    for rank in (0, 1):
+        assert f"SERA two processes OK rank {rank}" in run.stdout, output[-6000:]
+
+
 def test_resume_restores_the_history_from_the_checkpoint(tmp_path):
-    first = _trainer(tmp_path, steps=4)
+    first = make_trainer(tmp_path / "out", steps=4)
     first.train()
     saved = first.sera_history.state_dict()
-    again = _trainer(tmp_path, steps=5)
+    again = make_trainer(tmp_path / "out", steps=5)
     again.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-4"))
     assert len(again.sera_log) == 1 and not again.sera_log[0]["fallback"]
     p_hat = (saved["successes"] + 1) / (saved["successes"] + saved["failures"] + 2)
     ids = again.sera_log[0]["ids"]
     np.testing.assert_array_equal(again.sera_log[0]["counts"],
                                   sera.allocate(p_hat[ids], 8, n_min=2, n_max=6, n0=4).counts)
+    assert again.sera_history.epoch == 1 and again.sera_planner.planned == 2
 
 
 def test_unsupported_settings_are_refused_clearly(tmp_path):
     with pytest.raises(ValueError, match="colocate"):
-        _trainer(tmp_path, steps=1, use_vllm=True, vllm_mode="server")
+        make_trainer(tmp_path, steps=1, use_vllm=True, vllm_mode="server")
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4,
                       num_generations=4, use_cpu=True, report_to="none")
     with pytest.raises(ValueError, match="map-style"):

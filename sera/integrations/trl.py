@@ -19,40 +19,45 @@ What changes against GRPOTrainer (TRL 1.16.0, pinned: TRL_VERSION):
 - Advantages. TRL's grouped advantages (it reshapes rewards by num_generations, which is wrong
   for ragged groups) are replaced by MaxRL over each prompt's own group times n0 / N_q. TRL's
   losses are linear in the advantage, so this is the weighted loss; `loss_type="dr_grpo"` is
-  sera's seqnorm, `"dapo"` its token-mean.
+  sera's seqnorm, `"dapo"` its token-mean. The logged `advantages` (the completions table) are
+  SERA's.
+- One plan over all processes. The step's prompts are gathered over processes, planned once
+  (a `sera.integrations.planner.Planner`; every process holds the same history and so the same
+  plan), laid out as one global batch, and each process generates its own slice of it (a
+  prompt's group may straddle two processes, as TRL's own gathered rewards allow).
 - History. Every scored rollout is recorded under its dataset row (a `sera_row` column is added
-  to the training set) and the estimates are folded once per pass over the data; the history is
-  saved in each checkpoint (`sera_history.json`) and restored on `resume_from_checkpoint`.
+  to the training set); completions that no reward function could score (all NaN) are left
+  out, as TRL leaves them out of its baselines. The estimates fold at the data loader's epoch
+  (generation batches per epoch x prompts per generation batch: TRL's RepeatSampler drops the
+  last partial batch); the history is saved in each checkpoint (`sera_history.json`) and
+  restored on every process on `resume_from_checkpoint`.
 - Rewards must be success indicators in [0, 1] (their weighted sum over reward functions).
 
 Colocated vLLM (`use_vllm=True, vllm_mode="colocate"`) generates one completion per row, so ragged
 rows pass through; server mode deduplicates prompts by `prompts[::num_generations]`, which
-breaks with ragged rows, and is refused. With several processes, each process's part of the
-generation batch must hold whole groups (per_device_train_batch_size * steps_per_generation a
-multiple of num_generations); the history is gathered so every process plans from the same one.
+breaks with ragged rows, and is refused.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
+import hashlib
 import json
 import os
 
 import numpy as np
 import torch
 import trl
-from accelerate.utils import gather_object
+from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOTrainer
 
-from sera.estimators import maxrl_advantages
-from sera.trainers import methods
+from sera.estimators import maxrl_advantages, multiplicity_weights
+from sera.integrations.planner import HISTORY_FILE, Planner
 from sera.trainers.config import AllocatorConfig
 
 TRL_VERSION = "1.16.0"
 ROW = "sera_row"
 """Column added to the training set: the dataset row, which keys the success history."""
-HISTORY_FILE = "sera_history.json"
 LOG_KEEP = 64
 """Generation batches kept in `SeraGRPOTrainer.sera_log` (a paper-scale step holds 32,768
 rewards)."""
@@ -65,10 +70,46 @@ if trl.__version__ != TRL_VERSION:
                   f"a run.", stacklevel=2)
 
 
+def weighted_maxrl(rewards: np.ndarray, counts: np.ndarray, n0: int) -> np.ndarray:
+    """SERA's advantage of each response of a batch laid out prompt by prompt (counts[q] rows
+    for prompt q): MaxRL over the prompt's scored responses times n0 / (their number).
+
+    Parameters
+    ----------
+    rewards : array of float
+        One reward in [0, 1] per response; NaN for a response no reward function could score,
+        which gets advantage 0 and is left out of its group.
+    counts : array of int
+        Responses per prompt, in the order of the rows.
+    n0 : int
+        Rollouts per prompt under uniform allocation.
+    """
+    rewards = np.asarray(rewards, dtype=float)
+    groups = np.repeat(np.arange(len(counts)), counts)
+    scored = ~np.isnan(rewards)
+    advantages = np.zeros(rewards.size)
+    if scored.any():
+        _, inverse = np.unique(groups[scored], return_inverse=True)
+        weights = multiplicity_weights(np.bincount(inverse), n0)[inverse]
+        advantages[scored] = maxrl_advantages(rewards[scored], groups=inverse) * weights
+    return advantages
+
+
 class SeraGRPOTrainer(GRPOTrainer):
     """GRPOTrainer with SERA's per-prompt rollout counts and weighted MaxRL advantages (see the
     module text). `allocator` sets n_min, n_max, the rounding, the observability safeguard and the
-    history's update rule, as in sera's own trainers."""
+    history's update rule, as in sera's own trainers.
+
+    Attributes
+    ----------
+    sera_planner : Planner
+        The plan, the history and its epoch bookkeeping (the same on every process).
+    sera_history : SuccessHistory
+        The planner's history.
+    sera_log : deque of dict
+        The last LOG_KEEP generation batches over all processes: step, ids (dataset rows),
+        counts, rewards (NaN where unscored), advantages and fallback.
+    """
 
     def __init__(self, *args, allocator: AllocatorConfig | None = None, **kwargs):
         self.sera_allocator = allocator or AllocatorConfig()
@@ -86,30 +127,39 @@ class SeraGRPOTrainer(GRPOTrainer):
         if ROW not in dataset.column_names:
             kwargs["train_dataset"] = dataset.add_column(ROW, list(range(len(dataset))))
         super().__init__(*args, **kwargs)
-        self.sera_history = self.sera_allocator.history(len(self.train_dataset))
-        self.sera_prompts_seen = 0  # prompts scored since the last epoch boundary, all processes
-        # The last LOG_KEEP generation batches: ids, counts, rewards, advantages, fallback.
+        prompts = self.args.generation_batch_size // self.num_generations
+        n = len(self.train_dataset)
+        if prompts > n:
+            raise ValueError(f"a generation batch holds generation_batch_size / num_generations = "
+                             f"{prompts} prompts, more than the {n} of train_dataset; lower "
+                             f"per_device_train_batch_size or steps_per_generation")
+        self.sera_planner = Planner(n, self.num_generations, self.sera_allocator,
+                                    prompts_per_epoch=(n // prompts) * prompts)
         self.sera_log: collections.deque[dict] = collections.deque(maxlen=LOG_KEEP)
         self._sera_rewards = None
 
+    @property
+    def sera_history(self):
+        """The success history (sera.SuccessHistory) the plans are made from."""
+        return self.sera_planner.history
+
     # ------------------------------------------------------------------------------ planning
     def _sera_groups(self, inputs) -> tuple[np.ndarray, list[dict]]:
-        """Dataset rows of the batch's prompts and one input row each, checked to come in whole
-        groups of num_generations consecutive rows (as TRL's RepeatSampler makes them)."""
-        rows = [int(x[ROW]) for x in inputs]
+        """Dataset rows of the step's prompts over all processes and one input row each, checked
+        to come in whole groups of num_generations consecutive rows (as TRL's RepeatSampler lays
+        out the global generation batch)."""
+        everyone = gather_object(list(inputs))  # process order is the sampler's order
+        rows = [int(x[ROW]) for x in everyone]
         g = self.num_generations
         if len(rows) % g or any(rows[i:i + g] != [rows[i]] * g for i in range(0, len(rows), g)):
             raise ValueError(
-                f"this process's generation batch must hold whole groups of num_generations = "
-                f"{g} identical prompts; got rows {rows[:2 * g]}... Make "
-                f"per_device_train_batch_size * steps_per_generation a multiple of "
-                f"num_generations.")
-        return np.array(rows[::g], dtype=np.int64), [inputs[i] for i in range(0, len(rows), g)]
+                f"the generation batch must hold whole groups of num_generations = {g} identical "
+                f"prompts (as TRL's RepeatSampler makes them); got rows {rows[:2 * g]}...")
+        return np.array(rows[::g], dtype=np.int64), [everyone[i] for i in range(0, len(rows), g)]
 
     def sera_plan(self, ids: np.ndarray):
-        """The allocation of this batch's budget len(ids) * n0 from the history."""
-        return methods.plan(methods.METHODS["sera"], self.sera_allocator, self.num_generations,
-                            ids, None, self.sera_history)
+        """The allocation of this step's budget len(ids) * n0 over its prompts (all processes)."""
+        return self.sera_planner.plan(ids)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -122,68 +172,70 @@ class SeraGRPOTrainer(GRPOTrainer):
         ids, firsts = self._sera_groups(inputs)
         allocation = self.sera_plan(ids)
         counts = np.asarray(allocation.counts)
-        kept = counts > 0
-        rows = [dict(first) for first, n in zip(firsts, counts, strict=True) for _ in range(int(n))]
-        output = super()._generate_and_score_completions(rows)
+        everyone = [dict(first) for first, n in zip(firsts, counts, strict=True)
+                    for _ in range(int(n))]
+        local = slice(self.accelerator.process_index * len(inputs),
+                      (self.accelerator.process_index + 1) * len(inputs))
+        output = super()._generate_and_score_completions(everyone[local])
 
-        local = slice(self.accelerator.process_index * len(rows),
-                      (self.accelerator.process_index + 1) * len(rows))
         per_func = self._sera_rewards.to(torch.float64)
-        unscored = torch.isnan(per_func).all(dim=1)
         weights = self.reward_weights.to(per_func.device, torch.float64)
-        rewards = torch.where(unscored, 0.0, (per_func * weights).nansum(dim=1)).cpu().numpy()
-        if rewards.min() < 0 or rewards.max() > 1:
+        rewards = (per_func * weights).nansum(dim=1)
+        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan  # unscored, as TRL marks them
+        rewards = rewards.cpu().numpy()
+        scored = rewards[~np.isnan(rewards)]
+        if scored.size and (scored.min() < 0 or scored.max() > 1):
             raise ValueError(f"SERA's MaxRL advantages and success history need rewards in "
-                             f"[0, 1] (success indicators); got values from {rewards.min():g} to "
-                             f"{rewards.max():g}")
-        mine = rewards[local]
-        advantages = maxrl_advantages(mine, sizes=counts[kept]) \
-            * np.repeat(allocation.weights[kept], counts[kept])
-        output["advantages"] = torch.as_tensor(advantages, dtype=output["advantages"].dtype,
+                             f"[0, 1] (success indicators); got values from {scored.min():g} to "
+                             f"{scored.max():g}")
+        advantages = weighted_maxrl(rewards, counts, self.num_generations)
+        output["advantages"] = torch.as_tensor(advantages[local],
+                                               dtype=output["advantages"].dtype,
                                                device=output["advantages"].device)
+        logged = self._logs["advantages"]  # TRL logged its own grouped advantages: replace them
+        for _ in range(min(len(logged), advantages.size)):
+            logged.pop()
+        logged.extend(advantages.tolist())
 
-        everyone = gather_object([(ids, counts)])  # every process's plan, in process order
-        self.sera_history.record(np.concatenate([np.repeat(i, n) for i, n in everyone]), rewards)
+        self.sera_planner.record(np.repeat(ids, counts), rewards)
         self.sera_log.append({"step": self.state.global_step, "ids": ids, "counts": counts,
-                              "rewards": mine, "advantages": advantages,
+                              "rewards": rewards, "advantages": advantages,
                               "fallback": bool(allocation.fallback)})
-        self._sera_fold(sum(len(i) for i, _ in everyone))
         metrics = self._metrics["train"]
         metrics["sera/fallback"].append(float(allocation.fallback))
         metrics["sera/max_count"].append(float(counts.max()))
-        metrics["sera/prompts_kept"].append(float(kept.mean()))
+        metrics["sera/prompts_kept"].append(float((counts > 0).mean()))
+        metrics["sera/unscored"].append(float(np.isnan(rewards).mean()))
         return output
-
-    def _sera_fold(self, prompts: int) -> None:
-        """Fold the history at each full pass over the training set."""
-        self.sera_prompts_seen += prompts
-        while self.sera_prompts_seen >= self.sera_history.n_prompts:
-            self.sera_history.end_epoch()
-            self.sera_prompts_seen -= self.sera_history.n_prompts
 
     # ---------------------------------------------------------------------------- checkpoints
     def _save_checkpoint(self, model, trial):
+        state = json.dumps(self.sera_planner.state_dict(), sort_keys=True)
+        digests = gather_object([hashlib.sha256(state.encode()).hexdigest()])
+        if len(set(digests)) != 1:
+            raise RuntimeError(f"the processes' SERA histories differ ({len(set(digests))} "
+                               f"versions at step {self.state.global_step}); they are planned and "
+                               f"recorded from the same gathered data, so this is a bug")
         super()._save_checkpoint(model, trial)
         if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial),
-                                  f"checkpoint-{self.state.global_step}")
-            state = {k: v.tolist() if isinstance(v, np.ndarray) else v
-                     for k, v in self.sera_history.state_dict().items()}
-            state["prompts_seen"] = self.sera_prompts_seen
-            state["allocator"] = dataclasses.asdict(self.sera_allocator)
-            with open(os.path.join(folder, HISTORY_FILE), "w") as f:
-                json.dump(state, f)
+            self.sera_planner.save(os.path.join(self._get_output_dir(trial=trial),
+                                                f"checkpoint-{self.state.global_step}"))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        path = os.path.join(checkpoint, HISTORY_FILE)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} is missing: the checkpoint was not written by "
-                                    f"SeraGRPOTrainer, so the success history cannot resume")
-        with open(path) as f:
-            state = json.load(f)
-        self.sera_prompts_seen = int(state.pop("prompts_seen"))
-        state.pop("allocator", None)
-        self.sera_history.load_state_dict(state)
+        # The main process reads the file and hands the state to every process, so a process on
+        # a node without the file resumes the same history.
+        state = [None]
+        if self.accelerator.is_main_process:
+            path = os.path.join(checkpoint, HISTORY_FILE)
+            if os.path.exists(path):
+                with open(path) as f:
+                    state = [json.load(f)]
+        state = broadcast_object_list(state)
+        if state[0] is None:
+            raise FileNotFoundError(f"{os.path.join(checkpoint, HISTORY_FILE)} is missing: the "
+                                    f"checkpoint was not written by SeraGRPOTrainer, so the "
+                                    f"success history cannot resume")
+        self.sera_planner.load_state_dict(state[0])
