@@ -9,6 +9,11 @@ from scipy import stats
 from sera import _checks
 
 
+def k_grid(largest: int) -> list[int]:
+    """The K values of every final Pass@K profile: 1, 2, 4, ... up to `largest`."""
+    return [2**i for i in range(int(largest).bit_length()) if 2**i <= largest]
+
+
 def _as_counts(x, name):
     arr = np.asarray(x)
     if arr.size and not np.issubdtype(arr.dtype, np.integer):

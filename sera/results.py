@@ -17,14 +17,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sera.passk import paired_bootstrap, pass_at_k, pass_at_k_analytic
+from sera.passk import k_grid, paired_bootstrap, pass_at_k, pass_at_k_analytic
 
-KEYS = ["method", "estimates", "allocator", "seed", "n0", "agg", "u_min"]
-PROFILE_K = tuple(2**i for i in range(16))
+# What tells runs apart; every row of a trainer's tables carries them (RunConfig.keys).
+RUN_KEYS = ("method", "estimates", "allocator", "seed", "n0", "agg", "u_min")
 
 
 def keys_of(table: pd.DataFrame) -> list[str]:
-    return [k for k in KEYS if k in table.columns]
+    return [k for k in RUN_KEYS if k in table.columns]
 
 
 def _groups(table: pd.DataFrame, keys):
@@ -64,7 +64,7 @@ def summarize(per_run: pd.DataFrame, by=("method", "n0")) -> pd.DataFrame:
     """Mean and standard deviation over seeds of every numeric column of summarize_runs, with
     the number of seeds."""
     by = [c for c in by if c in per_run.columns]
-    values = [c for c in per_run.columns if c not in KEYS]
+    values = [c for c in per_run.columns if c not in RUN_KEYS]
     grouped = _groups(per_run, by)
     table = grouped[values].mean().add_suffix(" mean").join(
         grouped[values].std(ddof=0).add_suffix(" sd"))
@@ -84,7 +84,7 @@ def _ks(final: pd.DataFrame, ks):
     if ks is not None:
         return list(ks)
     top = int(final["n"].min()) if "n" in final.columns else 128
-    return [k for k in PROFILE_K if k <= top]
+    return k_grid(top)
 
 
 def passk_profile(final: pd.DataFrame, ks=None) -> pd.DataFrame:

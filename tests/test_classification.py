@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from sera.models import SmallCNN
+from sera.results import RUN_KEYS
 from sera.tasks.classification import check_image_folder, fetch, load_data
 from sera.trainers import classification as trainer
 from sera.trainers import rollouts
@@ -90,7 +91,7 @@ def test_sampled_labels_follow_the_counts_and_the_probabilities():
     assert torch.all((freq - probs[0]).abs() <= 5 * se + 1e-12)
 
 
-KEYS = ["method", "estimates", "allocator", "seed", "n0", "agg", "u_min"]
+KEYS = list(RUN_KEYS)
 
 
 @pytest.mark.parametrize("method", trainer.supported(exact=True))

@@ -196,3 +196,19 @@ def test_comparison_figures_draw():
     gains = sera.results.gains_against(final, "sera", by=(), ks=[1, 4], n_resamples=500)
     assert set(gains["method"]) == {"maxrl", "dapo"}
     assert len(splot.plot_gains(gains).axes) == 2
+
+
+def test_one_style_per_method_and_no_grey_fallback():
+    from sera.allocation import METHODS as ALLOCATION_METHODS
+    from sera.trainers.methods import METHODS
+
+    names = set(METHODS) | set(ALLOCATION_METHODS)
+    assert names <= set(splot.STYLES), names - set(splot.STYLES)
+    colors = {name: splot.method_style(name).color for name in METHODS}
+    assert "#7f7f7f" not in colors.values()
+    for name in METHODS:  # a rule and its -maxrl variant: one colour, the variant dashed
+        if name.endswith("-maxrl"):
+            base = splot.method_style(name.removesuffix("-maxrl"))
+            assert (colors[name], splot.method_style(name).ls) == (base.color, "--")
+    with pytest.raises(KeyError, match="add it to sera.plotting.style.STYLES"):
+        splot.method_style("no-such-method")

@@ -31,11 +31,12 @@ from sera.plotting.study import (
     plot_passk_profile,
     plot_validation_over_training,
 )
-from sera.plotting.style import COLORS, message_figure, new_figure, savefig
+from sera.plotting.style import STYLES, message_figure, method_style, new_figure, savefig
 
 __all__ = [
-    "COLORS",
+    "STYLES",
     "message_figure",
+    "method_style",
     "new_figure",
     "plot_against_budget",
     "plot_allocators",

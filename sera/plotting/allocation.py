@@ -11,10 +11,10 @@ from matplotlib import colormaps
 from sera.allocation import allocate, waterline
 from sera.fidelity import mixed_probability
 from sera.plotting.style import (
-    COLORS,
     count_ticks,
     integer_ticks,
     message_figure,
+    method_style,
     new_figure,
     styled,
 )
@@ -29,10 +29,10 @@ def plot_waterline(p, budget: int, n_min: int = 2, n_max: int | None = None,
     result = allocate(p, budget, n_min, n_max, method=method)
     fig, (top, bottom) = new_figure(nrows=2, width=6.0, height=2.6, sharex=True)
     x = np.arange(p.size)
-    top.bar(x, result.counts, color=COLORS.get(method, "#ff7f0e"), alpha=0.7,
+    top.bar(x, result.counts, color=method_style(method).color, alpha=0.7,
             label=f"integer counts ({method})")
     top.step(x, result.continuous, where="mid", color="#404040", lw=1.2, label="continuous")
-    top.axhline(budget / p.size, color=COLORS["uniform"], ls=":", lw=1,
+    top.axhline(budget / p.size, color=method_style("uniform").color, ls=":", lw=1,
                 label=f"uniform N0 = {budget / p.size:g}")
     top.set(ylabel="rollouts N_q", title=f"B = {p.size}, budget M = {budget}, "
             f"N_min = {n_min}, N_max = {n_max}", ylim=(0, result.counts.max() * 1.35))
@@ -70,11 +70,11 @@ def plot_rounding_gap(table):
     left.plot(table.loc[~below, "exact_min_kappa"], table.loc[~below, "paper_min_kappa"], ".",
               color="#9e9e9e", ms=2, label="equal")
     left.plot(table.loc[below, "exact_min_kappa"], table.loc[below, "paper_min_kappa"], ".",
-              color=COLORS["paper"], ms=3, label="paper below exact")
+              color=method_style("paper").color, ms=3, label="paper below exact")
     left.plot([0, 1], [0, 1], color="#404040", lw=0.8)
     left.set(xlabel="exact: min kappa", ylabel="paper: min kappa", title="minimum fidelity")
     left.legend(loc="upper left")
-    right.hist(table.loc[below, "gap"], bins=30, color=COLORS["paper"])
+    right.hist(table.loc[below, "gap"], bins=30, color=method_style("paper").color)
     right.set(xlabel="exact - paper (min kappa)", ylabel="instances",
               title=f"{below.mean():.1%} of {len(table)} instances below")
     return fig
@@ -106,13 +106,14 @@ def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float
     result = allocate(p, budget, n_min, n_max, u_min=u_min)
     fig, (left, right) = new_figure(ncols=2, width=3.9, height=3.2)
     kept = result.retained
-    left.plot(p[kept], result.counts[kept], "o", color=COLORS["sera"], ms=4, label="retained")
+    left.plot(p[kept], result.counts[kept], "o", color=method_style("sera").color, ms=4,
+              label="retained")
     left.plot(p[~kept], np.zeros((~kept).sum()), "x", color="#404040", label="dropped")
     left.set(xlabel="p", ylabel="rollouts N_q",
              title="fallback taken" if result.fallback else f"{kept.sum()} of {p.size} kept")
     left.legend(loc="upper right")
     u = mixed_probability(p[kept], result.counts[kept])
-    right.plot(p[kept], u, "o", color=COLORS["sera"], ms=4)
+    right.plot(p[kept], u, "o", color=method_style("sera").color, ms=4)
     right.plot(p[~kept], mixed_probability(p[~kept], n_max), "x", color="#404040",
                label="dropped, at N_max")
     right.axhline(u_min, color="#d62728", ls="--", lw=1, label=f"u_min = {u_min:g}")
@@ -138,10 +139,10 @@ def plot_budget_concentration(table):
     """budget_concentration's table: the lowest prompt's share of the budget and the level
     left for the batch, as its success probability goes to zero."""
     fig, (left, right) = new_figure(ncols=2, width=3.8, height=3.0)
-    left.plot(table["p_low"], table["share_of_budget"], "o-", color=COLORS["sera"])
+    left.plot(table["p_low"], table["share_of_budget"], "o-", color=method_style("sera").color)
     left.set(xscale="log", xlabel="lowest success probability", ylabel="share of the budget",
              title="one hard prompt's share", ylim=(0, 1.05))
-    right.plot(table["p_low"], table["level"], "o-", color=COLORS["maxrl"],
+    right.plot(table["p_low"], table["level"], "o-", color=method_style("maxrl").color,
                label="water level c")
     right.plot(table["p_low"], table["min_kappa_others"], "s--", color="#404040", ms=3,
                label="min kappa, other prompts")
@@ -157,7 +158,7 @@ def plot_reweighting(table):
     """reweighting_study's table: zero-signal probability, relative variance and expected
     cosine to the exact direction, per method."""
     fig, axes = new_figure(ncols=3, width=2.7, height=2.9)
-    colors = [COLORS.get(m, "#7f7f7f") for m in table["method"]]
+    colors = [method_style(m).color for m in table["method"]]
     for ax, column, title in zip(axes, ["zero_signal", "relative_variance", "expected_cosine"],
                                  ["zero-signal probability", "relative variance",
                                   "expected cosine"], strict=True):

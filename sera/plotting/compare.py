@@ -10,21 +10,7 @@ import numpy as np
 import pandas as pd
 
 from sera.allocation import allocate
-from sera.plotting.style import new_figure, styled
-
-# One colour per family: SERA red, MaxRL and its estimator variants blue, the allocation rules
-# each their own; `-maxrl` variants of a rule share its colour, dashed.
-PALETTE = {"sera": "#d62728", "sera-oracle": "#ff9896", "maxrl": "#1f77b4", "grpo": "#2ca02c",
-           "reweight": "#9467bd", "knapsack": "#8c564b", "gvm": "#e377c2", "dars-hw": "#7f7f7f",
-           "dars-et": "#bcbd22", "dars-hw-2stage": "#17becf", "dapo": "#ff7f0e",
-           "cero-reconstruction": "#393b79", "sara-reconstruction": "#637939",
-           "rl2ml-0.5-reconstruction": "#6baed6", "rl2ml-2-reconstruction": "#08519c",
-           "rloo": "#98df8a", "ce": "#404040"}
-
-
-def method_style(name: str) -> dict:
-    base = name.removesuffix("-maxrl")
-    return {"color": PALETTE.get(base, "#7f7f7f"), "ls": "--" if name.endswith("-maxrl") else "-"}
+from sera.plotting.style import line, method_style, new_figure, styled
 
 
 @styled
@@ -36,9 +22,9 @@ def plot_allocators(p, budget: int, n_min: int, n_max: int, methods):
     for method in methods:
         counts = allocate(p, budget, n_min, n_max, method=method).counts
         name = "sera (exact)" if method == "exact" else "sera" if method == "paper" else method
-        style = method_style("sera" if method in ("paper", "exact") else method)
-        if method == "exact":
-            style["ls"] = ":"
+        # the figure shows the rounding as SERA's own: exact dotted
+        style = {**line("sera"), "ls": ":"} if method == "exact" else line(
+            "sera" if method == "paper" else method)
         ax.plot(p, counts, marker="o", ms=3, label=name, **style)
     ax.axhline(budget / p.size, color="#404040", lw=0.8, ls=":", label="uniform N0")
     ax.set(xscale="log", yscale="log", xlabel="success probability p (log)",
@@ -76,8 +62,8 @@ def plot_against_budget(metrics: pd.DataFrame, metric: str = "val_pass", k: int 
             continue
         if smooth > 1:
             series = series.rolling(smooth, min_periods=1).mean()
-        style = method_style(method)
-        left.plot(series.index, series.values, label=method, **style)
+        style = line(method)
+        left.plot(series.index, series.values, label=method_style(method).label, **style)
         if method in spent.index.get_level_values(0):
             # evaluations run before the step: read the rollouts spent by the steps before
             before = spent[method].reindex(series.index - 1).fillna(0).to_numpy()
@@ -102,7 +88,7 @@ def plot_gains(gains: pd.DataFrame, reference: str = "sera"):
     for ax, k in zip(axes[0], ks, strict=True):
         rows = gains[gains["k"] == k].set_index("method").reindex(order)
         y = np.arange(len(order))
-        colors = [method_style(m)["color"] for m in order]
+        colors = [method_style(m).color for m in order]
         ax.hlines(y, rows["low"], rows["high"], colors=colors, lw=2)
         ax.scatter(rows["gain"], y, c=colors, s=14, zorder=3)
         ax.axvline(0, color="#404040", lw=0.8)

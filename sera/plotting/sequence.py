@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sera.plotting.style import COLORS, count_ticks, new_figure, styled
+from sera.plotting.style import count_ticks, method_style, new_figure, styled
 
 DIAGNOSTICS = [("train_reward", "training reward"), ("mixed_groups", "mixed groups"),
                ("token_entropy", "token entropy"), ("response_length", "response length"),
@@ -68,8 +68,9 @@ def plot_sequence_validation(metrics: pd.DataFrame, ks=(1, 16)):
         rows_k = metrics[(metrics["metric"] == "val_pass") & (metrics["k"] == k)]
         for (method, agg), rows in _runs(rows_k):
             series = rows.groupby("step")["value"].mean()
-            ax.plot(series.index, series.values, color=COLORS.get(method, "#7f7f7f"),
-                    ls=AGG_STYLE.get(agg, "-"), marker="o", ms=3, label=f"{method} {agg}")
+            style = method_style(method)
+            ax.plot(series.index, series.values, color=style.color, ls=AGG_STYLE.get(agg, "-"),
+                    marker="o", ms=3, label=f"{style.label} {agg}")
         ax.set(xlabel="RL step", ylabel=f"validation Pass@{k}")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=3, handlelength=3.5)
@@ -88,8 +89,9 @@ def plot_sequence_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = No
     ax = axes[0][0]
     for (method, agg), rows in profile.groupby(["method", "agg"], sort=False):
         rows = rows.groupby("k", as_index=False)["pass@k"].mean()
-        ax.plot(rows["k"], rows["pass@k"], color=COLORS.get(method, "#7f7f7f"),
-                ls=AGG_STYLE.get(agg, "-"), marker="o", ms=3, label=f"{method} {agg}")
+        style = method_style(method)
+        ax.plot(rows["k"], rows["pass@k"], color=style.color, ls=AGG_STYLE.get(agg, "-"),
+                marker="o", ms=3, label=f"{style.label} {agg}")
     ax.set(xscale="log", xlabel="K", ylabel=f"final Pass@K (held-out {subject})")
     count_ticks(ax, profile["k"].max(), which="x")
     ax.legend(loc="lower right", fontsize=7, handlelength=3.5)
@@ -98,8 +100,8 @@ def plot_sequence_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = No
         for agg, rows in gains.groupby("agg", sort=False):
             ax.errorbar(rows["k"] * (1.06 if agg == "seqnorm" else 1.0), rows["gain"],
                         yerr=[rows["gain"] - rows["low"], rows["high"] - rows["gain"]],
-                        color=COLORS["sera"], ls=AGG_STYLE.get(agg, "-"), marker="o", ms=3,
-                        capsize=2, label=agg)
+                        color=method_style("sera").color, ls=AGG_STYLE.get(agg, "-"),
+                        marker="o", ms=3, capsize=2, label=agg)
         ax.axhline(0, color="#404040", lw=0.8)
         ax.set(xscale="log", xlabel="K", ylabel="SERA - MaxRL", title="paired bootstrap 95%")
         count_ticks(ax, gains["k"].max(), which="x")
@@ -115,7 +117,7 @@ def plot_allocation_vs_estimate(allocations: pd.DataFrame, n0: int):
     jitter = np.random.default_rng(0).uniform(-0.2, 0.2, len(allocations))
     points = ax.scatter(allocations["estimate"], allocations["rollouts"] + jitter,
                         c=allocations["step"], cmap="viridis", s=6, alpha=0.6)
-    ax.axhline(n0, color=COLORS["maxrl"], ls=":", label=f"uniform N0 = {n0}")
+    ax.axhline(n0, color=method_style("maxrl").color, ls=":", label=f"uniform N0 = {n0}")
     ax.set(xlabel="historical success estimate", ylabel="rollouts N_q", yscale="log")
     ticks = [t for t in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
              if t <= max(allocations["rollouts"].max(), n0) * 1.2]
@@ -134,8 +136,8 @@ def plot_training_diagnostics(table: pd.DataFrame):
     for ax, (metric, title) in zip(axes.ravel(), DIAGNOSTICS, strict=True):
         for (method, agg), rows in _runs(table[table["metric"] == metric]):
             series = rows.groupby("step")["value"].mean().rolling(5, min_periods=1).mean()
-            ax.plot(series.index, series.values, color=COLORS.get(method, "#7f7f7f"),
-                    ls=AGG_STYLE.get(agg, "-"), label=f"{method} {agg}")
+            ax.plot(series.index, series.values, color=method_style(method).color,
+                    ls=AGG_STYLE.get(agg, "-"), label=f"{method_style(method).label} {agg}")
         ax.set(title=title, xlabel="RL step")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=5)

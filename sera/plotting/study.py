@@ -9,10 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sera.plotting.style import COLORS, new_figure, styled
-
-ORDER = ["ce", "maxrl", "sera-oracle", "sera", "grpo", "rloo"]
-LINES = {"sera": "--"}
+from sera.plotting.style import STYLES, line, method_style, new_figure, styled
 
 
 def with_arms(table: pd.DataFrame) -> pd.DataFrame:
@@ -25,15 +22,10 @@ def with_arms(table: pd.DataFrame) -> pd.DataFrame:
     return table.assign(arm=labels)
 
 
-def _color(arm_name: str) -> str:
-    method = arm_name.split(" ")[0]
-    return COLORS.get(method, COLORS["sera"] if method.startswith("sera") else "#7f7f7f")
-
-
 def _style(arm_name: str) -> dict:
-    method = arm_name.split(" ")[0]
-    dashes = ":" if "u_min" in arm_name else LINES.get(method, "-")
-    return {"color": _color(arm_name), "ls": dashes}
+    """The method's line; a safeguard threshold (u_min) is drawn dotted."""
+    style = line(arm_name.split(" ")[0])
+    return {**style, "ls": ":"} if "u_min" in arm_name else style
 
 
 def _band(ax, table: pd.DataFrame, arm_name: str, smooth: int = 1):
@@ -52,8 +44,8 @@ def _band(ax, table: pd.DataFrame, arm_name: str, smooth: int = 1):
 
 def _arms(table):
     present = list(dict.fromkeys(table["arm"]))
-    rank = {m: i for i, m in enumerate(ORDER)}
-    return sorted(present, key=lambda a: (rank.get(a.split(" ")[0], len(ORDER)), a))
+    rank = {m: i for i, m in enumerate(STYLES)}
+    return sorted(present, key=lambda a: (rank[a.split(" ")[0]], a))
 
 
 def _budgets(table):
@@ -137,7 +129,7 @@ def plot_history_estimates(snapshot: pd.DataFrame, metrics: pd.DataFrame | None 
                            squeeze=False)
     ax = axes[0][0]
     seen = snapshot[snapshot["available"]]
-    ax.plot(seen["p_exact"], seen["p_hat"], ".", ms=2, alpha=0.5, color=COLORS["sera"])
+    ax.plot(seen["p_exact"], seen["p_hat"], ".", ms=2, alpha=0.5, color=method_style("sera").color)
     ax.plot([0, 1], [0, 1], color="#404040", lw=0.8)
     mae = float(np.abs(seen["p_hat"] - seen["p_exact"]).mean())
     corr = float(np.corrcoef(seen["p_hat"], seen["p_exact"])[0, 1])
@@ -145,7 +137,8 @@ def plot_history_estimates(snapshot: pd.DataFrame, metrics: pd.DataFrame | None 
            title=f"MAE {mae:.3f}, Pearson {corr:.3f}", xlim=(0, 1), ylim=(0, 1))
     if metrics is not None:
         ax = axes[0][1]
-        styles = {"history_mae": (COLORS["sera"], "-"), "ideal_mae": (COLORS["sera"], ":"),
+        sera = method_style("sera").color
+        styles = {"history_mae": (sera, "-"), "ideal_mae": (sera, ":"),
                   "history_pearson": ("#404040", "-"), "ideal_pearson": ("#404040", ":")}
         for metric, (color, ls) in styles.items():
             rows = metrics[metrics["metric"] == metric]

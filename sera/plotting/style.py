@@ -5,22 +5,69 @@ from __future__ import annotations
 import functools
 import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib as mpl
 from matplotlib.figure import Figure
 
-# Colours keyed by method, used by every figure so a method looks the same everywhere.
-COLORS = {
-    "maxrl": "#1f77b4",
-    "sera": "#d62728",
-    "grpo": "#2ca02c",
-    "ce": "#404040",
-    "reweight": "#9467bd",
-    "exact": "#8c1c13",
-    "paper": "#ff7f0e",
-    "uniform": "#1f77b4",
+
+@dataclass(frozen=True)
+class Style:
+    """How one method is drawn in every figure."""
+
+    color: str
+    ls: str
+    label: str
+    family: str
+    """sera, maxrl, estimator (another advantage), rule (a one-shot allocation rule), sequential
+    (a rule that samples in rounds) or allocation (sera.allocate's own names)."""
+
+
+# Every method of sera.trainers.methods.METHODS and sera.allocation.METHODS, in legend order. A
+# rule and its `-maxrl` variant share a colour; the variant is dashed.
+STYLES = {
+    "ce": Style("#404040", "-", "ce", "estimator"),
+    "maxrl": Style("#1f77b4", "-", "maxrl", "maxrl"),
+    "sera-oracle": Style("#ff9896", "-", "sera-oracle", "sera"),
+    "sera": Style("#d62728", "-", "sera", "sera"),
+    "grpo": Style("#2ca02c", "-", "grpo", "estimator"),
+    "rloo": Style("#98df8a", "-", "rloo", "estimator"),
+    "reweight": Style("#9467bd", "-", "reweight", "maxrl"),
+    "rl2ml-0.5-reconstruction": Style("#6baed6", "-", "rl2ml-0.5-reconstruction", "estimator"),
+    "rl2ml-2-reconstruction": Style("#08519c", "-", "rl2ml-2-reconstruction", "estimator"),
+    "knapsack": Style("#8c564b", "-", "knapsack", "rule"),
+    "knapsack-maxrl": Style("#8c564b", "--", "knapsack-maxrl", "rule"),
+    "gvm": Style("#e377c2", "-", "gvm", "rule"),
+    "gvm-maxrl": Style("#e377c2", "--", "gvm-maxrl", "rule"),
+    "dars-hw": Style("#17becf", "-", "dars-hw", "rule"),
+    "dars-hw-maxrl": Style("#17becf", "--", "dars-hw-maxrl", "rule"),
+    "dars-et": Style("#bcbd22", "-", "dars-et", "rule"),
+    "cero-reconstruction": Style("#393b79", "-", "cero-reconstruction", "rule"),
+    "dapo": Style("#ff7f0e", "-", "dapo", "sequential"),
+    "dapo-maxrl": Style("#ff7f0e", "--", "dapo-maxrl", "sequential"),
+    "dars-hw-2stage": Style("#9edae5", "-", "dars-hw-2stage", "sequential"),
+    "sara-reconstruction": Style("#637939", "-", "sara-reconstruction", "sequential"),
+    "paper": Style("#ff7f0e", "-", "paper", "allocation"),
+    "exact": Style("#8c1c13", "-", "exact", "allocation"),
+    "uniform": Style("#1f77b4", "-", "uniform", "allocation"),
 }
+
+
+def method_style(name: str) -> Style:
+    """The style of a method (or of sera.allocate's paper, exact, uniform). An unknown name is an
+    error rather than a grey line: add it to STYLES."""
+    if name not in STYLES:
+        raise KeyError(f"no style for method {name!r}: add it to sera.plotting.style.STYLES "
+                       f"(known: {', '.join(STYLES)})")
+    return STYLES[name]
+
+
+def line(name: str) -> dict:
+    """color and ls of a method, as keyword arguments for Axes.plot."""
+    style = method_style(name)
+    return {"color": style.color, "ls": style.ls}
+
 
 RC = {
     "figure.dpi": 100,

@@ -27,7 +27,7 @@ import torch
 from sera import models
 from sera.estimators import maxrl_advantages
 from sera.fidelity import kappa
-from sera.passk import pass_at_k_analytic
+from sera.passk import k_grid, pass_at_k_analytic
 from sera.tasks.classification import fetch, load_data
 from sera.trainers import checkpoint, cli, loop, rollouts
 from sera.trainers.config import AllocatorConfig, RunConfig, as_dict, from_dict
@@ -37,7 +37,7 @@ __all__ = ["AllocatorConfig", "ClassificationConfig", "ClassificationStudy", "PR
            "history_snapshot", "main", "run_grid", "supported", "train"]
 
 ClassificationMethod = Literal[supported(exact=True)]
-PROFILE_K = tuple(2**i for i in range(8))  # 1, 2, 4, ..., 128
+PROFILE_K = k_grid(128)  # the exact profile is analytic: any K costs the same
 
 
 @dataclass(frozen=True)

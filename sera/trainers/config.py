@@ -97,13 +97,15 @@ class RunConfig:
 
     def keys(self) -> dict:
         """What tells this run apart from the others of a study: every result row carries it."""
+        from sera.results import RUN_KEYS
         from sera.trainers.methods import METHODS
 
         method = METHODS[self.method]
-        return {"method": self.method, "estimates": method.estimates,
-                "allocator": method.allocator, "seed": self.seed, "n0": self.n0,
-                "agg": self.aggregation,
-                "u_min": self.allocator.u_min if method.allocator == "waterline" else None}
+        values = {"method": self.method, "estimates": method.estimates,
+                  "allocator": method.allocator, "seed": self.seed, "n0": self.n0,
+                  "agg": self.aggregation,
+                  "u_min": self.allocator.u_min if method.allocator == "waterline" else None}
+        return {name: values[name] for name in RUN_KEYS}
 
     @property
     def aggregation(self) -> str:

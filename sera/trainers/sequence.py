@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from sera.estimators import policy_loss
-from sera.passk import pass_at_k
+from sera.passk import k_grid, pass_at_k
 from sera.trainers import loop
 from sera.trainers.config import RunConfig
 from sera.trainers.engines import Engine, Sampling, TransformersEngine
@@ -233,7 +233,7 @@ class SequenceStudy:
         final model and its tokenizer go to OUT/model."""
         samples = self.config.final_samples
         correct = self.correct_counts(samples, stream=2, step=run.step)
-        for k in (k for k in (2**i for i in range(16)) if k <= samples):
+        for k in k_grid(samples):
             run.log("pass", pass_at_k(samples, correct, k).mean(), k)
         folder = Path(self.config.out) / "model"
         self.model.save_pretrained(folder)
