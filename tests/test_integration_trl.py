@@ -143,6 +143,39 @@ def test_resume_restores_the_history_from_the_checkpoint(tmp_path):
     assert again.sera_history.epoch == 1 and again.sera_planner.planned == 2
 
 
+def test_the_readme_trl_snippet_trains_on_the_cpu(tmp_path, monkeypatch):
+    """The README's TRL snippet as written, with only a tiny model path, a dataset and CPU
+    arguments (use_cpu, max_steps, a short completion) put in: batch sizes divide, and each
+    process's generation batch holds 4 prompts for SERA to reallocate."""
+    from datasets import Dataset
+    from test_readme import needs_a_framework, python_snippets
+
+    from sera.models import decoder
+    from sera.tasks.math import build_tokenizer
+
+    snippet = next(s for s in python_snippets() if needs_a_framework(s))
+    prompts = [f"What is {i} plus {i}?" for i in range(8)]
+    folder = tmp_path / "tiny-model"
+    tokenizer = build_tokenizer(prompts + ["The answer is 0123456789."], vocab_size=300,
+                                folder=folder)
+    decoder(len(tokenizer), width=32, layers=1, heads=2, kv_heads=1, max_positions=64,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id).save_pretrained(folder)
+    dataset = Dataset.from_dict({"prompt": prompts, "answer": [str(2 * i) for i in range(8)]})
+    edits = {'"/models/SmolLM2-360M-Instruct"': repr(str(folder)),
+             "GRPOConfig(": "GRPOConfig(use_cpu=True, max_steps=12, max_completion_length=8, "}
+    for old, new in edits.items():
+        assert snippet.count(old) == 1, old
+        snippet = snippet.replace(old, new)
+    monkeypatch.chdir(tmp_path)
+    namespace = {"dataset": dataset}
+    exec(compile(snippet, "README.md", "exec"), namespace)
+    log = list(namespace["trainer"].sera_log)
+    assert len(log) == 3 and all(e["ids"].size == 4 and e["counts"].sum() == 64 for e in log)
+    # One generation batch serves steps_per_generation = 4 steps; 8 prompts: an epoch is 2 batches.
+    assert [e["fallback"] for e in log] == [True, True, False]
+
+
 def test_unsupported_settings_are_refused_clearly(tmp_path):
     with pytest.raises(ValueError, match="colocate"):
         make_trainer(tmp_path, steps=1, use_vllm=True, vllm_mode="server")
