@@ -22,6 +22,7 @@ if not os.environ.get("SERA_REQUIRE_INTEGRATIONS"):
     pytest.importorskip("verl")
 
 import yaml  # noqa: E402
+from datasets import Dataset  # noqa: E402
 from omegaconf import OmegaConf, open_dict  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from verl import DataProto  # noqa: E402
@@ -167,8 +168,10 @@ def _trainer(tmp_path, n_prompts: int = 8, batch_size: int = 4, indices=None, **
     """A SeraTrainerSync as far as its hooks touch verl: the configuration, and a data loader
     over a training set whose extra_info.index column is `indices` (default 100 + row)."""
     indices = [100 + r for r in range(n_prompts)] if indices is None else indices
-    frame = {"extra_info": [{"split": "train", "index": i} for i in indices]}
-    loader = type("Loader", (), {"dataset": type("Dataset", (), {"dataframe": frame})(),
+    frame = Dataset.from_dict({"extra_info": [{"split": "train", "index": i} for i in indices]})
+    if not indices:
+        frame = Dataset.from_dict({"prompt": ["a question"] * n_prompts})
+    loader = type("Loader", (), {"dataset": type("RLHFDataset", (), {"dataframe": frame})(),
                                  "batch_size": batch_size,
                                  "__len__": lambda self: n_prompts // batch_size})()
     trainer = plugin.SeraTrainerSync.__new__(plugin.SeraTrainerSync)
@@ -226,6 +229,8 @@ def test_training_rows_come_from_extra_info_index_and_bad_indices_are_refused(tm
     assert trainer._sera_rows[57] == 5
     with pytest.raises(ValueError, match="appears at training rows"):
         _trainer(tmp_path, indices=[0] * 8).sera  # noqa: B018
+    with pytest.raises(ValueError, match=r"row 0 has no extra_info.index \(got extra_info = None"):
+        _trainer(tmp_path, indices=[]).sera  # noqa: B018  (a parquet without extra_info)
 
 
 def test_the_padded_group_gets_no_advantage_and_leaves_n0_alone():
@@ -243,6 +248,11 @@ def test_the_padded_group_gets_no_advantage_and_leaves_n0_alone():
     np.testing.assert_allclose(got[real].numpy(), expected[:, None] * mask[real].numpy(),
                                atol=1e-6)
     assert torch.equal(got[12:], torch.zeros(2, 7))
+    # While the trainer mode computes advantages, a uid it never planned counts like padding.
+    uids[12:] = "u-unplanned"
+    with plugin.planned_only(["u0", "u1", "u2"]):
+        again, _ = plugin.compute_sera_maxrl_advantage(token_rewards, mask, uids)
+    assert torch.equal(again, got) and plugin._planned is None
 
 
 def _scored(uids, scores) -> TensorDict:

@@ -33,6 +33,7 @@ evict groups before the history sees them), `algorithm.use_kl_in_reward=True` (r
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -71,6 +72,20 @@ def setup() -> None:
     """Ray's worker_process_setup_hook: importing this module registered everything."""
 
 
+_planned: set | None = None  # uids out for rollout, while SeraTrainerSync computes advantages
+
+
+@contextlib.contextmanager
+def planned_only(uids):
+    """Within the block, `sera_maxrl` treats responses of any other uid like padding rows."""
+    global _planned
+    _planned = {str(u) for u in uids}
+    try:
+        yield
+    finally:
+        _planned = None
+
+
 @core_algos.register_adv_est(ESTIMATOR)
 def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
                                  index: np.ndarray, config=None, **_):
@@ -82,8 +97,9 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
         (responses, response_length); a response's reward is its token rewards' sum, a success
         indicator in [0, 1].
     index : array
-        Each response's prompt (verl's uid). Padding rows (uid `pad<hex>`) get advantage 0 and
-        count in neither the groups nor n0.
+        Each response's prompt (verl's uid). Padding rows (uid `pad<hex>`), and under
+        `planned_only` any uid the planner did not send out, get advantage 0 and count in
+        neither the groups nor n0.
 
     Returns
     -------
@@ -95,6 +111,8 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
     scores = (token_level_rewards * response_mask).sum(dim=-1).detach().double().cpu()
     uids = np.asarray(index, dtype=object).astype(str)
     real = ~np.char.startswith(uids, PAD_PREFIX)
+    if _planned is not None:
+        real &= np.array([u in _planned for u in uids], dtype=bool)
     values = torch.zeros(scores.shape[0], dtype=torch.float64)
     if real.any():
         _, groups = np.unique(uids[real], return_inverse=True)
@@ -195,7 +213,9 @@ class SeraTrainerSync(PPOTrainerSync):
         batch)."""
         if getattr(self, "_sera", None) is None:
             loader = self.train_dataloader
-            self._sera_rows = dense_rows(loader.dataset.dataframe["extra_info"])
+            frame = loader.dataset.dataframe  # after verl's max_samples and length filter
+            self._sera_rows = dense_rows(frame["extra_info"] if "extra_info" in
+                                         frame.column_names else [None] * len(frame))
             self._sera = Planner(len(self._sera_rows),
                                  int(self.config.actor_rollout_ref.rollout.n),
                                  allocator_from_config(self.config),
@@ -216,7 +236,8 @@ class SeraTrainerSync(PPOTrainerSync):
     def _compute_advantage(self, batch, metrics: dict):
         from verl.trainer.ppo.v1.trainer_base import tq
 
-        batch = super()._compute_advantage(batch, metrics)
+        with planned_only(self.sera.pending):
+            batch = super()._compute_advantage(batch, metrics)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                select_fields=["uid", "rm_scores"])
         padded = data.to_padded_tensor()
