@@ -132,3 +132,13 @@ def test_bad_arguments_are_named():
     planner.plan([0, 1])
     with pytest.raises(ValueError, match=r"rewards must lie in \[0, 1\]"):
         planner.record([0, 1], [1.0, 2.0])
+
+
+def test_the_planner_imports_no_framework():
+    import subprocess
+    import sys
+
+    code = ("import sys, sera.integrations.planner; print(sorted({m.split('.')[0] for m in "
+            "sys.modules} & {'torch', 'verl', 'trl', 'accelerate', 'transformers', 'ray'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

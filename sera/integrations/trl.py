@@ -3,7 +3,8 @@
     from sera.integrations.gsm8k import trl_reward
     from sera.integrations.trl import SeraGRPOTrainer
     trainer = SeraGRPOTrainer(model=..., reward_funcs=trl_reward, args=GRPOConfig(
-        num_generations=8, loss_type="dr_grpo", max_completion_length=1024, ...),
+        num_generations=16, per_device_train_batch_size=16, steps_per_generation=4,
+        loss_type="dr_grpo", max_completion_length=1024, ...),
         train_dataset=dataset)   # columns: prompt, answer
     trainer.train()
 
