@@ -24,20 +24,69 @@ def test_passk_profile_per_run():
     assert k2 == pytest.approx(((1 - 0.25) + (1 - 0.81)) / 2)
 
 
-def test_paired_gain_pools_seeds_into_one_interval():
+def test_paired_gain_is_a_t_interval_over_the_seeds_paired_differences():
     rng = np.random.default_rng(0)
-    parts = []
-    for seed in (0, 1, 2):
+    parts, per_seed = [], []
+    for seed in (0, 1, 2, 3):
         base = rng.integers(0, 8, 40)
-        parts += [_final("sera", seed, np.minimum(base + 1, 8)), _final("maxrl", seed, base)]
-    gain = results.paired_gain(pd.concat(parts), ks=[1], n_resamples=2000)
+        better = np.minimum(base + rng.integers(0, 3, 40), 8)
+        parts += [_final("sera", seed, better), _final("maxrl", seed, base)]
+        per_seed.append((better - base).mean() / 8)
+    # a prompt evaluated for one method only is left out of that seed's pairs
+    parts.append(_final("sera", 0, [3]).assign(prompt=99))
+    gain = results.paired_gain(pd.concat(parts), ks=[1])
     row = gain.iloc[0]
-    assert row["pairs"] == 120 and row["seeds"] == 3 and row["agg"] == "token-mean"
-    a = pd.concat([p for p in parts if p["method"].iloc[0] == "sera"])
-    b = pd.concat([p for p in parts if p["method"].iloc[0] == "maxrl"])
-    assert row["gain"] == pytest.approx((a["correct"].to_numpy() - b["correct"].to_numpy()).mean()
-                                        / 8)
-    assert 0 < row["low"] <= row["gain"] <= row["high"]
+    assert row["pairs"] == 160 and row["seeds"] == 4 and row["agg"] == "token-mean"
+    np.testing.assert_allclose(row["per_seed"], per_seed)
+    d = np.array(per_seed)
+    half = 3.182446305284263 * d.std(ddof=1) / 2  # t(0.975, 3) * sd / sqrt(4)
+    assert row["gain"] == pytest.approx(d.mean())
+    assert (row["low"], row["high"]) == pytest.approx((d.mean() - half, d.mean() + half))
+    long = results.seed_gains(pd.concat(parts), ks=[1, 2])
+    assert len(long) == 8 and set(long["prompts"]) == {40}
+
+
+def test_paired_gain_gives_no_interval_below_three_seeds():
+    parts = [_final("sera", s, np.full(10, 5)) for s in (0, 1)] + \
+            [_final("maxrl", s, np.full(10, 4)) for s in (0, 1)]
+    row = results.paired_gain(pd.concat(parts), ks=[1]).iloc[0]
+    assert np.isnan(row["low"]) and np.isnan(row["high"]) and "needs 3" in row["note"]
+    assert row["per_seed"] == pytest.approx((1 / 8, 1 / 8)) and row["gain"] == pytest.approx(0.125)
+
+
+def _two_level_table(rng, seeds: int, gain: float, prompts: int = 64, samples: int = 16):
+    """A study's final tables with a seed-level effect: each training run of the treatment is
+    better or worse as a whole (u_s, sd 0.05), each prompt of each run moves a little (sd 0.02),
+    and each prompt's pool is a binomial draw. The expected Pass@1 gain is `gain`."""
+    level = rng.uniform(0.35, 0.6, prompts)
+    parts = []
+    for seed in range(seeds):
+        control = level + rng.normal(0, 0.02, prompts)
+        treatment = level + gain + rng.normal(0, 0.05) + rng.normal(0, 0.02, prompts)
+        assert 0 < min(control.min(), treatment.min()) and max(control.max(),
+                                                               treatment.max()) < 1
+        parts += [_final("maxrl", seed, rng.binomial(samples, control), samples),
+                  _final("sera", seed, rng.binomial(samples, treatment), samples)]
+    return pd.concat(parts)
+
+
+@pytest.mark.parametrize("seeds", [6, 10])
+def test_interval_over_seeds_covers_a_seed_level_gain_and_the_pair_bootstrap_does_not(seeds):
+    rng = np.random.default_rng(seeds)
+    truth, replications = 0.03, 400
+    covered = bootstrap_covered = 0
+    for _ in range(replications):
+        final = _two_level_table(rng, seeds, truth)
+        row = results.paired_gain(final, ks=[1]).iloc[0]
+        covered += row["low"] <= truth <= row["high"]
+        # the previous interval: (seed, prompt) pairs of fixed final models resampled together
+        a, b = (results.per_prompt_pass(final[final["method"] == m], 1) for m in ("sera", "maxrl"))
+        _, low, high = sera.paired_bootstrap(a, b, n_resamples=400, seed=0)
+        bootstrap_covered += low <= truth <= high
+    coverage, bootstrap = covered / replications, bootstrap_covered / replications
+    print(f"{seeds} seeds: t over seeds covers {coverage:.3f}, pair bootstrap {bootstrap:.3f}")
+    assert coverage >= 0.93
+    assert bootstrap < 0.8  # evaluation noise only: far short of the nominal 95%
 
 
 def test_summaries_compare_like_with_like():
