@@ -76,9 +76,12 @@ class Planner:
         if len(keys) != rows.size:
             raise ValueError(f"keys must name each row once; got {len(keys)} keys for "
                              f"{rows.size} rows")
-        if len(set(keys)) != len(keys) or set(keys) & set(self.pending):
-            raise ValueError("keys must be unique among the prompts whose outcomes are not yet "
-                             "recorded; a prompt was planned twice")
+        seen: set = set()
+        twice = [k for k in keys if k in self.pending or k in seen or seen.add(k)]
+        if twice:
+            raise ValueError(f"keys must be unique among the prompts whose outcomes are not yet "
+                             f"recorded; {twice[0]!r} was planned twice (record a batch's "
+                             f"outcomes before planning its prompts again)")
         self._fold_if_epoch_done()
         allocation = methods.plan(methods.METHODS["sera"], self.allocator, self.n0, rows, None,
                                   self.history)

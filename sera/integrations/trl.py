@@ -155,7 +155,9 @@ class SeraGRPOTrainer(GRPOTrainer):
         if len(rows) % g or any(rows[i:i + g] != [rows[i]] * g for i in range(0, len(rows), g)):
             raise ValueError(
                 f"the generation batch must hold whole groups of num_generations = {g} identical "
-                f"prompts (as TRL's RepeatSampler makes them); got rows {rows[:2 * g]}...")
+                f"prompts in a row, as TRL's RepeatSampler lays them out; got rows "
+                f"{rows[:2 * g]}... (a custom _get_train_sampler must repeat each prompt "
+                f"num_generations times in a row)")
         return np.array(rows[::g], dtype=np.int64), [everyone[i] for i in range(0, len(rows), g)]
 
     def sera_plan(self, ids: np.ndarray):

@@ -224,7 +224,13 @@ class SeraTrainerSync(PPOTrainerSync):
 
     def _submit_batch_to_rollout(self, batch):
         planner = self.sera
-        rows = [self._sera_rows[i] for i in np.asarray(batch["index"]).reshape(-1).tolist()]
+        indices = np.asarray(batch["index"]).reshape(-1).tolist()
+        unknown = [i for i in indices if i not in self._sera_rows]
+        if unknown:
+            raise ValueError(f"the batch holds extra_info.index = {unknown[0]!r}, which no row of "
+                             f"the training set had at start-up; keep the training files fixed "
+                             f"during a run")
+        rows = [self._sera_rows[i] for i in indices]
         allocation = planner.plan(rows, keys=[str(u) for u in batch["uid"]])
         counts = allocation.counts
         tu.assign_non_tensor_stack(batch, COUNT_KEY, [int(n) for n in counts])
