@@ -118,7 +118,7 @@ def waterline(p, budget, n_min=2, n_max=None) -> Waterline:
     """
     p = _checks.batch_probabilities(p)
     budget, lo, hi = _bounds(p.size, budget, n_min, n_max)
-    solution = solve(hazard(p), budget, lo, hi, own=True)
+    solution = solve(hazard(p), budget, lo, hi)
     return Waterline(solution.counts, solution.lam)
 
 
@@ -128,9 +128,9 @@ def _uniform_counts(n_prompts: int, budget: int) -> np.ndarray:
     return counts
 
 
-def _integer(p, budget, lo, hi, method, h=None, ordered=None, n0=None):
-    """Integer counts, continuous counts and lam for one retained set (h, ordered: its hazards
-    and their sorted copy, when the caller has them; n0: the uniform count, for DARS)."""
+def _counts(p, budget, lo, hi, method, n0=None):
+    """Integer counts, continuous counts and lam of `method` for one retained set of prompts
+    (n0: the uniform count, for DARS)."""
     if method == "uniform":
         counts = _uniform_counts(p.size, budget)
         return counts, counts.astype(float), math.nan
@@ -142,10 +142,9 @@ def _integer(p, budget, lo, hi, method, h=None, ordered=None, n0=None):
             p, n0 if n0 is not None else budget / p.size, method.removeprefix("dars-"))
         counts, continuous = baselines.proportional(weights, budget, lo, hi)
         return counts, continuous, math.nan
-    solution = solve(hazard(p) if h is None else h, budget, lo, hi, ordered,
-                     bracket=method == "exact", own=h is None)
+    solution = solve(hazard(p), budget, lo, hi, bracket=method == "exact")
     if method == "paper":
-        counts = round_paper(solution, budget, hi, scratch=h is None)
+        counts = round_paper(solution, budget, hi)
     else:
         counts = round_exact(solution, budget, lo, hi)
     return counts, solution.counts, solution.lam
@@ -174,14 +173,14 @@ def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=None
     budget, lo, hi = _bounds(p.size, budget, n_min, n_max)
     n0 = budget / p.size if n0 is None else _checks.real(n0, "n0", 0.0, math.inf, low_open=True)
     if u_min is None:
-        counts, continuous, lam = _integer(p, budget, lo, hi, method, n0=n0)
+        counts, continuous, lam = _counts(p, budget, lo, hi, method, n0=n0)
         return _result(p, None, counts, continuous, lam, False, method, n0)
     u_min = _checks.real(u_min, "u_min", 0.0, 1.0)
     if method in BASELINES:
         raise ValueError(f"u_min (the observability safeguard) applies to the methods "
                          f"{(*WATERLINE, 'uniform')}, got method={method!r}")
     kept, (counts_kept, continuous_kept, lam), fallback = largest_observable_prefix(
-        p, budget, lo, n_max, partial(_integer, method=method), u_min)
+        p, budget, lo, n_max, partial(_counts, method=method), u_min)
     return _result(p, kept, counts_kept, continuous_kept, lam, fallback, method, n0)
 
 

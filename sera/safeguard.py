@@ -11,16 +11,16 @@ import math
 import numpy as np
 
 from sera.fidelity import mixed_probability
-from sera.waterfill import hazard
 
 # The fast U below is within ~1e-15 of sera.mixed_probability; closer calls than this band are
 # settled by mixed_probability itself, so the answer is the one it gives.
 _BAND = 1e-12
 
 
-def largest_observable_prefix(p, budget, lo, n_max, integer, u_min):
-    """The retained prompts, their allocation `integer(p, budget, lo, bound, h=, ordered=)` and
-    whether the safeguard fell back: (kept indices, (counts, continuous, lam), fallback).
+def largest_observable_prefix(p, budget, lo, n_max, allocate_prefix, u_min):
+    """The retained prompts, their allocation `allocate_prefix(p, budget, lo, bound)` (which
+    returns counts, continuous counts, lam) and whether the safeguard fell back:
+    (kept indices, (counts, continuous, lam), fallback).
 
     Prompts are ranked by U(p, n_max), highest first (stable). Prefixes of m prompts are tried for
     capacity-feasible m (m * lo <= budget <= m * n_max); the largest whose allocation of the whole
@@ -44,18 +44,14 @@ def largest_observable_prefix(p, budget, lo, n_max, integer, u_min):
     if n_max is not None:
         # A prompt with U(p, n_max) < u_min fails at any count; they rank last.
         largest = min(largest, max(int(np.count_nonzero(rank_u >= u_min)), smallest))
-    # Everything in rank order, so that every prefix is a slice; one sort of h serves them all.
+    # Everything in rank order, so that every prefix is a slice.
     p_ranked = p[order]
-    h_ranked = hazard(p_ranked)
-    by_h = np.argsort(h_ranked)
-    h_sorted = h_ranked[by_h]
     with np.errstate(divide="ignore"):
         log_p, log_q = np.log(p_ranked), np.log1p(-p_ranked)
 
     def attempt(size):
         bound = n_max if n_max is not None else budget - (size - 1) * lo
-        result = integer(p_ranked[:size], budget, lo, bound, h=h_ranked[:size],
-                         ordered=h_sorted[by_h < size])
+        result = allocate_prefix(p_ranked[:size], budget, lo, bound)
         passes = _observable(result[0], p_ranked[:size], log_p[:size], log_q[:size], u_min)
         return passes, (order[:size], result)
 

@@ -1,9 +1,9 @@
 """The water level and its integer roundings: the numerical core behind sera.allocate.
 
 The continuous waterline is solved from one sort of the hazards h = -log(1-p); the paper's
-rounding and the exact integer max-min both run in O(B) after it. Every sum that decides a count
-is taken over the prompts it concerns (never as a difference of running totals that include a
-huge 1/h), so a batch may mix p = 1e-300 with p = 1 - 1e-16. Derivations:
+rounding and the exact integer max-min both run in O(B) after it. The sum that fixes the level is
+taken directly over the prompts it concerns (never as a difference of running totals that include
+a huge 1/h), so a batch may mix p = 1e-300 with p = 1 - 1e-16. Derivations:
 notebooks/02_waterline_allocation.ipynb; the readable specification of both roundings is kept in
 tests/test_allocation.py.
 """
@@ -21,60 +21,36 @@ _HEADROOM = 2.0**-1020
 
 
 def hazard(p: np.ndarray) -> np.ndarray:
-    """h = -log(1-p): kappa(p, n) = 1 - exp(-(n-1) h). 0 at p = 0, inf at p = 1.
+    """h = -log(1-p), so that kappa(p, n) = 1 - exp(-(n-1) h); 0 at p = 0, inf at p = 1.
 
-    Taken as log(u) * p / (u - 1) with u = 1 - p rounded (Goldberg's identity for log1p, within
-    a few ulps), because numpy's log is vectorised and its log1p is not: log1p alone would cost
-    more than the sort. Where u rounds to 1 (p < 2**-53), h = p to double precision.
+    Parameters
+    ----------
+    p : ndarray of float
+        Success probabilities in [0, 1].
     """
-    u = np.subtract(1.0, p)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        h = np.log(u)
-        u -= 1.0
-        np.divide(p, u, out=u)
-        h *= u  # p = 1: -inf * -1 = inf
-    np.copyto(h, p, where=np.isnan(h))  # 0 * inf where u rounded to 1
-    return h
+    with np.errstate(divide="ignore"):
+        return -np.log1p(-p)
 
 
 class Interior:
     """The prompts with 0 < h < inf, sorted, and S(lam) = sum_q clip(1 + lam/h_q, lo, hi).
 
-    Prompt j sits at lo for lam <= a_j = (lo-1) h_j and at hi for lam >= b_j = (hi-1) h_j; both
-    breakpoint lists are sorted with h. The binary search over breakpoints reads sums of 1/h from
-    suffix sums (accumulated from the smallest 1/h up, so a range's sum is never a small difference
-    of two huge totals); the final segment is then solved from a direct sum over its prompts.
+    Prompt j sits at lo for lam <= (lo-1) h_j and at hi for lam >= (hi-1) h_j; both breakpoint
+    lists are sorted with h. The search over breakpoints reads sums of 1/h from one suffix sum
+    (accumulated from the smallest 1/h up); the segment found is then solved from a direct sum
+    over its own prompts.
     """
-
-    BLOCK = 1024
 
     def __init__(self, h: np.ndarray, lo: int, hi: int):
         self.h, self.lo, self.hi, self.size = h, lo, hi, h.size
-        # Sums of 1/h per block of BLOCK prompts and their suffix sums: the search reads only
-        # O(log B) range sums, so a full-length running sum (B floats of new memory) does not pay.
-        n_blocks = -(-h.size // self.BLOCK)
-        sums = np.zeros(n_blocks + 1)
-        whole = h.size // self.BLOCK * self.BLOCK
-        step = 64 * self.BLOCK
-        buffer = np.empty(min(step, whole))
-        for start in range(0, whole, step):
-            stop = min(start + step, whole)
-            part = np.reciprocal(h[start:stop], out=buffer[:stop - start])
-            sums[start // self.BLOCK:stop // self.BLOCK] = part.reshape(-1, self.BLOCK).sum(1)
-        if whole < h.size:
-            sums[n_blocks - 1] = _sum_inverse(h[whole:])
-        self.block_suffix = np.cumsum(sums[::-1])[::-1]  # [b]: blocks b.. (from the smallest 1/h)
-
-    def _suffix(self, i: int) -> float:
-        """sum of 1/h_j over j >= i: the rest of i's block directly, then whole blocks."""
-        block = -(-i // self.BLOCK)
-        return _sum_inverse(self.h[i:block * self.BLOCK]) + float(self.block_suffix[block])
+        # suffix[i] = sum of 1/h_j over j >= i; suffix[size] = 0.
+        self.suffix = np.append(np.cumsum(1.0 / h[::-1])[::-1], 0.0)
 
     def total(self, lam: float) -> float:
         """S(lam), to within rounding of the suffix sums (used only to steer the search)."""
         i_hi = int(np.searchsorted(self.h, lam / (self.hi - 1), "right"))
         i_lo = max(int(np.searchsorted(self.h, lam / (self.lo - 1), "left")), i_hi)
-        free = self._suffix(i_hi) - self._suffix(i_lo)
+        free = self.suffix[i_hi] - self.suffix[i_lo]
         return i_hi * self.hi + (self.size - i_lo) * self.lo + (i_lo - i_hi) + lam * free
 
     def _first_reaching(self, scale: int, target: float) -> int:
@@ -92,31 +68,22 @@ class Interior:
         """The smallest lam with S(lam) = target. S is piecewise linear: the segment holding the
         target is found among the breakpoints, then solved in closed form. At target = size*lo
         the flat start resolves to its right end, lam = (lo-1) h_min."""
-        lo, hi, h = self.lo - 1, self.hi - 1, self.h
+        # A prompt at n rollouts has n - 1 increments; its breakpoints are m_lo h and m_hi h.
+        m_lo, m_hi, h = self.lo - 1, self.hi - 1, self.h
         if target <= self.size * self.lo:
-            return float(lo * h[0])
+            return float(m_lo * h[0])
         if target >= self.size * self.hi:
-            return float(hi * h[-1])
-        ja = self._first_reaching(lo, target)  # prompts j >= ja sit at lo on the segment
-        jb = min(self._first_reaching(hi, target), ja)  # prompts j < jb sit at hi
-        start = max(0.0, lo * h[ja - 1] if ja else 0.0, hi * h[jb - 1] if jb else 0.0)
-        end = min(lo * h[ja] if ja < self.size else math.inf, hi * h[jb])
+            return float(m_hi * h[-1])
+        ja = self._first_reaching(m_lo, target)  # prompts j >= ja sit at lo on the segment
+        jb = min(self._first_reaching(m_hi, target), ja)  # prompts j < jb sit at hi
+        start = max(0.0, m_lo * h[ja - 1] if ja else 0.0, m_hi * h[jb - 1] if jb else 0.0)
+        end = min(m_lo * h[ja] if ja < self.size else math.inf, m_hi * h[jb])
         # On the segment the unclipped prompts are jb <= j < ja: target - (the clipped prompts'
         # counts and the unclipped prompts' 1 each) is an exact integer, divided by sum 1/h.
         fixed = jb * self.hi + (self.size - ja) * self.lo + (ja - jb)
-        free = _sum_inverse(h[jb:ja])
+        free = float(np.sum(1.0 / h[jb:ja]))
         lam = (target - fixed) / free if free > 0 else start
         return float(min(max(lam, start), end))
-
-
-def _sum_inverse(h: np.ndarray, chunk: int = 1 << 16) -> float:
-    """sum(1/h) in chunks: pairwise within a chunk, and no temporary as long as h."""
-    buffer = np.empty(min(chunk, h.size))
-    total = 0.0
-    for start in range(0, h.size, chunk):
-        part = buffer[:min(chunk, h.size - start)]
-        total += float(np.reciprocal(h[start:start + chunk], out=part).sum())
-    return total
 
 
 @dataclass(frozen=True)
@@ -139,27 +106,30 @@ class Solution:
             else self.lam_scaled
 
 
-def solve(h: np.ndarray, budget: int, lo: int, hi: int, ordered: np.ndarray | None = None,
-          bracket: bool = False, own: bool = False) -> Solution:
-    """Continuous waterline from the hazards h, in three phases: p = 0 prompts fill first
-    (lam = 0), then the interior rises with lam, then p = 1 prompts (lam = inf).
+def solve(h: np.ndarray, budget: int, lo: int, hi: int, bracket: bool = False) -> Solution:
+    """The continuous waterline, in three phases: p = 0 prompts fill first (lam = 0), then the
+    interior rises with lam, then p = 1 prompts (lam = inf).
 
-    `ordered` may pass np.sort(h) when the caller already has it (the safeguard's prefixes);
-    `bracket` also solves the level at B fewer rollouts, which the exact rounding needs;
-    `own` lets the solver rescale h in place (the caller made it and keeps no other use for it).
+    Parameters
+    ----------
+    h : ndarray of float
+        Hazards -log(1-p) (see `hazard`); not modified.
+    budget : int
+        Total rollouts, with len(h) * lo <= budget <= len(h) * hi.
+    lo, hi : int
+        Bounds of every prompt's count (lo >= 2).
+    bracket : bool
+        Also solve the level at len(interior) fewer rollouts, which `round_exact` needs.
     """
-    if ordered is None:
-        ordered, own_sorted = np.sort(h), True  # p = 0 (h = 0) first, p = 1 last
-    else:
-        own_sorted = False
+    ordered = np.sort(h)  # p = 0 (h = 0) first, p = 1 last
     n_zero = int(np.searchsorted(ordered, 0.0, "right"))
     n_one = h.size - int(np.searchsorted(ordered, np.inf, "left"))
     n_inner = h.size - n_zero - n_one
     shift = 0
     if n_inner and ordered[n_zero] < n_inner * _HEADROOM:
         shift = -int(np.frexp(ordered[n_zero])[1]) - 900  # h_min * 2**shift is about 2**-900
-        h = np.multiply(h, 2.0**shift, out=h if own else None)
-        ordered = np.multiply(ordered, 2.0**shift, out=ordered if own_sorted else None)
+        h = h * 2.0**shift
+        ordered *= 2.0**shift
     inner_budget = budget - n_zero * hi - n_one * lo
 
     def done(counts, lam, interior=False, t_low=math.nan):
@@ -180,58 +150,47 @@ def solve(h: np.ndarray, budget: int, lo: int, hi: int, ordered: np.ndarray | No
     interior = Interior(ordered[n_zero:n_zero + n_inner], lo, hi)
     lam = interior.level(inner_budget)
     t_low = interior.level(inner_budget - n_inner) if bracket else math.nan
-    del interior  # the sorted copy and its sums are not needed past this point
     # With 0 < lam < inf one formula covers every prompt: lam / 0 = inf puts p = 0 at hi and
     # lam / inf = 0 puts p = 1 at lo.
     with np.errstate(divide="ignore", over="ignore"):
-        counts = np.divide(lam, h)
-    counts += 1.0
-    np.clip(counts, lo, hi, out=counts)
+        counts = np.clip(1.0 + lam / h, lo, hi)
     return done(counts, lam, True, t_low)
 
 
-def round_paper(solution: Solution, budget: int, hi: int, scratch: bool = False) -> np.ndarray:
+def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
     """The paper's exact-budget rounding: floor, then one extra rollout each to the prompts whose
     one-increment squared fidelity error (kappa(p, f + 1) - level)^2 is smallest (f the floor).
 
     Every eligible prompt has kappa(p, f + 1) >= level (its continuous count lies in [f, f + 1),
     or it sits at n_min above the level), so the smallest errors are the smallest
     kappa(p, f + 1) = 1 - exp(-f h): ranking f * h picks the same prompts without an exp.
-    Ties go to the lowest index. scratch: solution.h may be overwritten (the caller is done with
-    it), which saves computing the keys twice.
+    Ties go to the lowest index.
+
+    Parameters
+    ----------
+    solution : Solution
+        The waterline from `solve`.
+    budget : int
+        The budget `solution` was solved for.
+    hi : int
+        The upper bound; a prompt at hi gets no extra rollout.
     """
-    work = np.add(solution.counts, 1e-9)
-    counts = work.astype(np.int64)  # floor; a hair below k is k
+    counts = (solution.counts + 1e-9).astype(np.int64)  # floor; a hair below k is k
     if counts.sum() > budget:  # only if many counts sit within 1e-9 below an integer
         counts = solution.counts.astype(np.int64)
     short = budget - int(counts.sum())
     if short == 0:
         return counts
-    full = np.flatnonzero(counts >= hi)
-
-    def keys():
-        key = np.multiply(counts, solution.h, out=work)  # f >= 2, so never 0 * inf
-        key[full] = np.inf  # not eligible
-        return key
-
-    key = keys()
-    if scratch:  # partition a copy in h's memory, which the caller is done with
-        np.copyto(solution.h, key)
-        ranked = solution.h
-    else:  # partition in place, then compute the keys again: cheaper than a fresh copy
-        ranked = key
-    ranked.partition(short - 1)
-    cut = ranked[short - 1]
-    if not scratch:
-        key = keys()
+    key = counts * solution.h  # f >= 2, so never 0 * inf
+    key[counts >= hi] = np.inf  # not eligible
+    cut = np.partition(key, short - 1)[short - 1]
     below = key < cut
     missing = short - int(np.count_nonzero(below))
     counts += below
     if missing:
         # Equal keys: lowest index first. A cut at inf is shared by p = 1 prompts (eligible)
         # and the prompts at hi (not eligible).
-        tie = key == cut
-        tie[full] = False
+        tie = (key == cut) & (counts < hi)
         counts[np.flatnonzero(tie)[:missing]] += 1
     return counts
 
@@ -244,6 +203,15 @@ def round_exact(solution: Solution, budget: int, lo: int, hi: int) -> np.ndarray
     Raising prompt q from n to n+1 has key (n-1) h_q, so the allocation takes the R smallest keys.
     The continuous solutions at budgets M and M - B bracket the R-th key, which is then selected in
     O(B) among fewer than 2B candidate keys.
+
+    Parameters
+    ----------
+    solution : Solution
+        The waterline from `solve(..., bracket=True)`.
+    budget : int
+        The budget `solution` was solved for.
+    lo, hi : int
+        Bounds of every prompt's count.
     """
     if not solution.interior:
         # Outside the interior phase the continuous counts are integers, except where several
@@ -270,10 +238,8 @@ def round_exact(solution: Solution, budget: int, lo: int, hi: int) -> np.ndarray
 def _bracket(h, t, lo, hi, offset):
     """clip(ceil(t / h) + offset, lo - 1, hi - 1): the first key index m with m h >= t."""
     with np.errstate(divide="ignore", over="ignore"):
-        out = np.divide(t, h)  # t > 0: t / 0 = inf puts a p = 0 prompt's keys all below t
-    np.ceil(out, out=out)
-    out += offset
-    return np.clip(out, lo - 1, hi - 1, out=out)
+        first = np.ceil(t / h)  # t > 0: t / 0 = inf puts a p = 0 prompt's keys all below t
+    return np.clip(first + offset, lo - 1, hi - 1)
 
 
 def pick_keys(h, t_low, lam, wanted, lo, hi, margin):
@@ -283,6 +249,19 @@ def pick_keys(h, t_low, lam, wanted, lo, hi, margin):
     Prompt q's keys m h_q with m < first_q are taken, those with m >= last_q are not, and the rest
     are candidates. The choice is proved right when every taken non-candidate key lies below the
     cut and every other non-candidate key above it, so no tie can involve them.
+
+    Parameters
+    ----------
+    h : ndarray of float
+        The hazards (in the units of the solution's level).
+    t_low, lam : float
+        The bracket: levels at fewer and at all the interior's increments.
+    wanted : int
+        Increments above lo to hand out over the interior prompts.
+    lo, hi : int
+        Bounds of every prompt's count.
+    margin : int
+        Keys added to each side of every prompt's bracket.
     """
     first = _bracket(h, t_low, lo, hi, -margin)
     last = _bracket(h, lam, lo, hi, margin)

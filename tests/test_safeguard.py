@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import sera
-from sera.allocation import _integer
+from sera.allocation import _counts
 
 
 def every_prefix(p, budget, n_min, n_max, method, u_min):
@@ -22,7 +22,7 @@ def every_prefix(p, budget, n_min, n_max, method, u_min):
         kept = order[:size]
         bound = n_max if n_max is not None else budget - (size - 1) * n_min
         counts = np.zeros(p.size, dtype=np.int64)
-        counts[kept] = _integer(p[kept], budget, n_min, bound, method)[0]
+        counts[kept] = _counts(p[kept], budget, n_min, bound, method)[0]
         if np.all(sera.mixed_probability(p[kept], counts[kept]) >= u_min):
             return counts, False
     return counts, True  # the loop ended at the smallest prefix
