@@ -402,7 +402,9 @@ def _trl_checks(trainer, n0: int, allocator, epoch_steps: int) -> dict:
         reference.record(np.repeat(ids, counts), entry["rewards"])
         if (i + 1) % epoch_steps == 0:
             reference.end_epoch()
-    _check(checks, "budget", budget_ok, f"{len(log)} generation batches, each prompts x {n0}")
+    spread = np.concatenate([np.asarray(e["counts"]) for e in log[epoch_steps:]] or [[0]])
+    _check(checks, "budget", budget_ok, f"{len(log)} generation batches, each prompts x {n0}; "
+           f"counts after the first pass from {spread.min()} to {spread.max()}")
     _check(checks, "bounds", bounds_ok, f"counts in [{allocator.n_min}, {allocator.upper(n0)}]")
     _check(checks, "counts_equal_allocate", planned > 0 and equal == planned,
            f"{equal} of {planned} planned batches equal sera.allocate on a replayed history")
