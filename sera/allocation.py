@@ -47,7 +47,10 @@ class Allocation:
         continuous: the continuous waterline counts (0 where not retained).
         fallback: True when the safeguard found no prefix meeting u_min and kept the top
             capacity-minimal set, or when a batch fell back to uniform counts.
-        method: "paper", "exact" or "uniform".
+        method: what set the counts: "paper" or "exact" (the waterline and its rounding),
+            "uniform", a rule of sera.baselines ("knapsack", "gvm", "dars-hw", "dars-et",
+            "cero"), or a protocol that samples in rounds ("dynamic", "two-stage",
+            "probe-commit").
         n0: the reference count in the weights.
     """
 
@@ -65,6 +68,12 @@ class Allocation:
     @property
     def budget(self) -> int:
         return int(self.counts.sum())
+
+    @property
+    def allocated(self) -> bool:
+        """Whether the counts came from the estimates (False: uniform counts, including a batch
+        that fell back to them because some prompt had no estimate yet)."""
+        return self.method != "uniform"
 
     @property
     def fidelity(self) -> np.ndarray:

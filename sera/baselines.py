@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from sera.fidelity import mixed_probability
-
 
 def knapsack(p: np.ndarray, budget: int, lo: int, hi: int) -> np.ndarray:
     """Knapsack RL's value sum U(p, N) p (1-p)^2, maximised over integer counts.
@@ -178,9 +176,3 @@ def dars_weights(p: np.ndarray, n0: float, schedule: str) -> np.ndarray:
     with np.errstate(divide="ignore"):  # a = 1 gives inf, replaced by 1 below
         extra = 1.0 / (2.0 * a) if schedule == "hw" else 1.0 / (4.0 * a * (1.0 - a))
     return np.where(a >= 0.5, 1.0, np.maximum(1.0, extra))
-
-
-def mixed_value(p, n):
-    """Knapsack RL's value of n rollouts: U(p, n) p (1-p)^2 (0 at p = 0 and p = 1)."""
-    p = np.asarray(p, dtype=float)
-    return mixed_probability(p, n) * p * (1 - p) ** 2

@@ -30,10 +30,7 @@ class SuccessHistory:
       epoch is not dominated by old epochs in which it got many.
     - "counts" (the paper's appendix C.1): s <- gamma s + successes, f <- gamma f + failures.
 
-    Defaults (rate, gamma 0.5, weight 16) come from the estimator study in notebook 04, which
-    replays estimators on recorded training trajectories and measures their MAE and Pearson
-    correlation against the exact p along training: gamma sets the correlation (0.5 was best),
-    and a larger weight lowers the MAE (less pull towards the prior) with little gain past 16.
+    The defaults (rate, gamma 0.5, weight 16) are chosen in notebook 04's estimator study.
     A prompt becomes available once at least one of its outcomes has been folded in; the prior
     alone does not make it available.
     """

@@ -1,1 +1,1 @@
-"""Tasks: data, models and verifiers for the studies."""
+"""Tasks: data, verifiers and rewards for the studies (the models live in sera.models)."""

@@ -18,7 +18,6 @@ import numpy as np
 from sera import _checks
 
 WALL, OPEN = 1, 0
-CELL_TOKENS = {"wall": "WALL", "path": "PATH", "start": "START", "goal": "GOAL"}
 MOVES = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
 SPECIAL = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
 VOCAB = SPECIAL + ["GRID_START", "GRID_END", "NL", "PATH_START", "START", "GOAL", "WALL",

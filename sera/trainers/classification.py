@@ -25,7 +25,6 @@ import pandas as pd
 import torch
 
 from sera import models
-from sera.estimators import maxrl_advantages
 from sera.fidelity import kappa
 from sera.passk import k_grid, pass_at_k_analytic
 from sera.tasks.classification import fetch, load_data
@@ -204,7 +203,7 @@ class ClassificationStudy:
         exact = torch.autograd.grad(exact_loss, params, retain_graph=True)
         sampled = torch.autograd.grad(loss, params, retain_graph=True)
         run.log("cosine", rollouts.flat_cosine(sampled, exact))
-        if allocation is not None and self.method.advantages is maxrl_advantages:
+        if allocation is not None and self.method.maxrl:
             counts = allocation.counts
             scale = kappa(p_exact, np.maximum(counts, 1)) * (counts > 0) * \
                 allocation.weights * counts

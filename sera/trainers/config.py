@@ -8,6 +8,7 @@ is saved beside the results it produced.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -119,7 +120,7 @@ RESUMABLE = {"steps", "out", "progress", "device"}
 
 def as_dict(config) -> dict:
     """A config as plain JSON-ready values (tuples as lists, nested configs as dicts)."""
-    return json_ready(dataclasses.asdict(config))
+    return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
 def from_dict(cls, values: dict):
@@ -137,14 +138,6 @@ def from_dict(cls, values: dict):
             value = tuple(value)
         kwargs[f.name] = value
     return cls(**kwargs)
-
-
-def json_ready(value):
-    if isinstance(value, dict):
-        return {k: json_ready(v) for k, v in value.items()}
-    if isinstance(value, tuple | list):
-        return [json_ready(v) for v in value]
-    return value
 
 
 def differences(saved: dict, current: dict) -> list[str]:

@@ -176,7 +176,7 @@ class Run:
             self.log("mixed_groups", np.mean((rate > 0) & (rate < 1)))
             self.log("allocation_spread", counts[kept].std() / self.config.n0)
         self.log("retained", kept.mean() if kept.size else 0.0)
-        allocated = allocation.method != "uniform"
+        allocated = allocation.allocated
         if self.method.allocator == "waterline":
             self.log("allocated", float(allocated))
             if self.config.allocator.u_min is not None and allocated:

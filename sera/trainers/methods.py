@@ -50,6 +50,15 @@ class Method:
     """How the step gets its rollouts (sera.trainers.protocols): one-shot (plan, then sample
     once) or a sequential rule that samples in rounds: dynamic, two-stage, probe-commit."""
 
+    @property
+    def maxrl(self) -> bool:
+        """Whether the advantages are MaxRL's (options bound by functools.partial included), whose
+        expectation is kappa(p, N) grad log p per prompt."""
+        advantages = self.advantages
+        while isinstance(advantages, partial):
+            advantages = advantages.func
+        return advantages is maxrl_advantages
+
 
 def raft_advantages(rewards, groups=None, *, sizes=None):
     """Rejection sampling (RAFT): the successful responses are trained on, A_i = r_i."""
@@ -83,17 +92,21 @@ def _entries():
     yield Method("gvm", "history", "gvm", raft_advantages,
                  "GVM-RAFT: N ~ 1 / sqrt(p + 0.001 / p), rejection sampling, no weights",
                  weighted=False)
-    for schedule in ("hw", "et"):
-        yield Method(f"dars-{schedule}", "history", f"dars-{schedule}",
-                     partial(rl2ml_advantages, alpha=0.0),
-                     f"DARS-{schedule.upper()} matched to the budget from history, "
-                     f"A = r - mean, no weights", weighted=False)
+    yield Method("dars-hw", "history", "dars-hw", partial(rl2ml_advantages, alpha=0.0),
+                 "DARS-HW matched to the budget from history, A = r - mean, no weights",
+                 weighted=False)
+    yield Method("dars-et", "history", "dars-et", partial(rl2ml_advantages, alpha=0.0),
+                 "DARS-ET matched to the budget from history, A = r - mean, no weights",
+                 weighted=False)
     yield Method("cero-reconstruction", "history", "cero", maxrl_advantages,
                  "CERO, myopic (reconstruction): posterior variance x saturating utility of "
                  "cumulative rollouts, MaxRL x n0 / N_q")
-    for rule in ("knapsack", "gvm", "dars-hw"):
-        yield Method(f"{rule}-maxrl", "history", rule, maxrl_advantages,
-                     f"the {rule} allocation with MaxRL advantages x n0 / N_q")
+    yield Method("knapsack-maxrl", "history", "knapsack", maxrl_advantages,
+                 "the knapsack allocation with MaxRL advantages x n0 / N_q")
+    yield Method("gvm-maxrl", "history", "gvm", maxrl_advantages,
+                 "the gvm allocation with MaxRL advantages x n0 / N_q")
+    yield Method("dars-hw-maxrl", "history", "dars-hw", maxrl_advantages,
+                 "the dars-hw allocation with MaxRL advantages x n0 / N_q")
     yield Method("dapo", "none", "sequential", grpo_advantages,
                  "DAPO dynamic sampling: 3B prompts x n0, keep mixed groups, refill; GRPO",
                  weighted=False, protocol="dynamic")
@@ -105,10 +118,12 @@ def _entries():
     yield Method("sara-reconstruction", "history", "sequential", grpo_advantages,
                  "SARA-style probe / commit / abandon on the Beta posterior (reconstruction); "
                  "GRPO on committed groups", weighted=False, protocol="probe-commit")
-    for alpha in (0.5, 2.0):
-        yield Method(f"rl2ml-{alpha:g}-reconstruction", "none", "uniform",
-                     partial(rl2ml_advantages, alpha=alpha),
-                     f"RL2ML's alpha = {alpha:g} estimator (reconstruction), n0 each")
+    yield Method("rl2ml-0.5-reconstruction", "none", "uniform",
+                 partial(rl2ml_advantages, alpha=0.5),
+                 "RL2ML's alpha = 0.5 estimator (reconstruction), n0 each")
+    yield Method("rl2ml-2-reconstruction", "none", "uniform",
+                 partial(rl2ml_advantages, alpha=2.0),
+                 "RL2ML's alpha = 2 estimator (reconstruction), n0 each")
 
 
 METHODS: dict[str, Method] = {m.name: m for m in _entries()}

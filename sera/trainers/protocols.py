@@ -176,7 +176,7 @@ def probe_commit(run, study, ids, probe: int = 2, commit_above: float = 0.8,
 
 
 def _sample(run, study, order, counts, drawn, sampled):
-    """Sample, keep the books, and yield (prompt, rollouts so far, successes so far)."""
+    """Sample, keep the books, and return a list of (prompt, rollouts so far, successes so far)."""
     if not order.size:
         return []
     successes = study.sample(run, order, counts)
