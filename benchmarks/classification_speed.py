@@ -17,7 +17,7 @@ import torch
 from sera.estimators import maxrl_advantages
 from sera.tasks.classification import fetch
 from sera.trainers import classification as trainer
-from sera.trainers import loop, rollouts
+from sera.trainers import label_rollouts, loop
 
 
 def step_time(method: str, n0: int, steps: int) -> float:
@@ -50,18 +50,18 @@ def loss_times(n0: int, repeats: int) -> tuple[float, float]:
 
     def collapsed():
         log_probs = torch.log_softmax(model(images), -1)
-        rows, labels = rollouts.sample_labels(log_probs.detach().exp(), counts, generator)
-        _, values = rollouts.advantages(maxrl_advantages, rows, labels, targets, counts)
-        per_class = rollouts.class_weights(rows, labels, values, ids.size, 10)
-        loss = rollouts.collapsed_loss(log_probs, per_class, weights, budget)
+        rows, labels = label_rollouts.sample_labels(log_probs.detach().exp(), counts, generator)
+        _, values = label_rollouts.advantages(maxrl_advantages, rows, labels, targets, counts)
+        per_class = label_rollouts.class_weights(rows, labels, values, ids.size, 10)
+        loss = label_rollouts.collapsed_loss(log_probs, per_class, weights, budget)
         torch.autograd.grad(loss, params)
 
     def naive():
         with torch.no_grad():
             probs = torch.softmax(model(images), -1)
-        rows, labels = rollouts.sample_labels(probs, counts, generator)
-        _, values = rollouts.advantages(maxrl_advantages, rows, labels, targets, counts)
-        loss = rollouts.replicated_loss(model, images, rows, labels, values, weights, budget)
+        rows, labels = label_rollouts.sample_labels(probs, counts, generator)
+        _, values = label_rollouts.advantages(maxrl_advantages, rows, labels, targets, counts)
+        loss = label_rollouts.replicated_loss(model, images, rows, labels, values, weights, budget)
         torch.autograd.grad(loss, params)
 
     best = {}

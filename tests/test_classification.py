@@ -13,7 +13,7 @@ from sera.models import SmallCNN
 from sera.results import RUN_KEYS
 from sera.tasks.classification import check_image_folder, fetch, load_data
 from sera.trainers import classification as trainer
-from sera.trainers import rollouts
+from sera.trainers import label_rollouts
 from sera.trainers.methods import METHODS
 
 
@@ -41,15 +41,15 @@ def _collapsed_and_replicated(model, method):
     counts = np.array([2, 3, 5, 8, 2, 13, 4, 6, 2, 9, 3, 7])
     generator = torch.Generator().manual_seed(3)
     log_probs = torch.log_softmax(model(images), -1)
-    rows, labels = rollouts.sample_labels(log_probs.exp().detach(), counts, generator)
-    _, values = rollouts.advantages(METHODS[method].advantages, rows, labels, targets, counts)
+    rows, labels = label_rollouts.sample_labels(log_probs.exp().detach(), counts, generator)
+    _, values = label_rollouts.advantages(METHODS[method].advantages, rows, labels, targets, counts)
     assert values.abs().sum() > 0  # some groups are mixed, so the check is not vacuous
     weights = torch.tensor(4.0 / counts, dtype=torch.float64)
-    per_class = rollouts.class_weights(rows, labels, values, 12, 10)
+    per_class = label_rollouts.class_weights(rows, labels, values, 12, 10)
     budget = int(counts.sum())
-    collapsed = rollouts.collapsed_loss(log_probs, per_class, weights, budget)
+    collapsed = label_rollouts.collapsed_loss(log_probs, per_class, weights, budget)
     grad_collapsed = torch.autograd.grad(collapsed, list(model.parameters()))
-    naive = rollouts.replicated_loss(model, images, rows, labels, values, weights, budget)
+    naive = label_rollouts.replicated_loss(model, images, rows, labels, values, weights, budget)
     grad_naive = torch.autograd.grad(naive, list(model.parameters()))
     return (collapsed.item(), grad_collapsed), (naive.item(), grad_naive)
 
@@ -83,7 +83,7 @@ def test_collapsed_loss_with_batch_norm_holds_in_eval_mode_only():
 def test_sampled_labels_follow_the_counts_and_the_probabilities():
     probs = torch.tensor([[0.7, 0.2, 0.1, 0.0], [0.25, 0.25, 0.25, 0.25], [0.0, 0.0, 0.0, 1.0]])
     counts = [20_000, 0, 3]
-    rows, labels = rollouts.sample_labels(probs, counts, torch.Generator().manual_seed(0))
+    rows, labels = label_rollouts.sample_labels(probs, counts, torch.Generator().manual_seed(0))
     assert torch.bincount(rows).tolist() == [20_000, 0, 3]
     assert labels[rows == 2].tolist() == [3, 3, 3]
     freq = torch.bincount(labels[rows == 0], minlength=4).double() / 20_000

@@ -28,7 +28,7 @@ from sera import models
 from sera.fidelity import kappa
 from sera.passk import k_grid, pass_at_k_analytic
 from sera.tasks.classification import fetch, load_data
-from sera.trainers import checkpoint, cli, loop, rollouts
+from sera.trainers import checkpoint, cli, label_rollouts, loop
 from sera.trainers.config import AllocatorConfig, RunConfig, as_dict, from_dict
 from sera.trainers.methods import METHODS, supported
 
@@ -154,7 +154,7 @@ class ClassificationStudy:
             return np.zeros(0)
         self.exact(ids)  # the probabilities, if this step has not computed them yet
         probs = torch.stack([self._probs[q] for q in ids.tolist()])
-        rows, labels = rollouts.sample_labels(probs, counts, self.generator)
+        rows, labels = label_rollouts.sample_labels(probs, counts, self.generator)
         targets = torch.as_tensor(self.data_targets[ids], device=self.device)
         rewards = (labels == targets[rows]).double()
         for q, chosen in zip(ids.tolist(), torch.split(labels, np.asarray(counts).tolist()),
@@ -182,12 +182,12 @@ class ClassificationStudy:
             rows = torch.repeat_interleave(torch.arange(ids.size, device=self.device),
                                            torch.as_tensor(counts, device=self.device))
             labels = torch.cat(labels)
-            _, values = rollouts.advantages(self.method.advantages, rows, labels, targets,
+            _, values = label_rollouts.advantages(self.method.advantages, rows, labels, targets,
                                             counts)
-            per_class = rollouts.class_weights(rows, labels, values, ids.size,
+            per_class = label_rollouts.class_weights(rows, labels, values, ids.size,
                                                self.data.n_classes)
             weights = torch.as_tensor(allocation.weights, device=self.device)
-            loss = rollouts.collapsed_loss(log_probs, per_class, weights, int(counts.sum()))
+            loss = label_rollouts.collapsed_loss(log_probs, per_class, weights, int(counts.sum()))
         run.log("train_p", p_exact.mean())
         if run.step % self.config.cosine_every == 0:
             self._cosines(run, loss, exact_loss, chosen, p_exact, allocation)
@@ -202,14 +202,14 @@ class ClassificationStudy:
         params = [p for p in self.model.parameters() if p.requires_grad]
         exact = torch.autograd.grad(exact_loss, params, retain_graph=True)
         sampled = torch.autograd.grad(loss, params, retain_graph=True)
-        run.log("cosine", rollouts.flat_cosine(sampled, exact))
+        run.log("cosine", label_rollouts.flat_cosine(sampled, exact))
         if allocation is not None and self.method.maxrl:
             counts = allocation.counts
             scale = kappa(p_exact, np.maximum(counts, 1)) * (counts > 0) * \
                 allocation.weights * counts
             expected = -(torch.as_tensor(scale, device=chosen.device).to(chosen.dtype) * chosen)
             grads = torch.autograd.grad(expected.sum() / counts.sum(), params, retain_graph=True)
-            run.log("expected_cosine", rollouts.flat_cosine(grads, exact))
+            run.log("expected_cosine", label_rollouts.flat_cosine(grads, exact))
 
     @torch.no_grad()
     def success(self, dataset=None, batch_size: int = 512) -> np.ndarray:
