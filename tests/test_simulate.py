@@ -1,0 +1,103 @@
+"""The model-free simulator (sera.simulate): one step's expected update against kappa, through the
+package's own loop, allocator and advantages; tables, pairing and the stored profiles."""
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sera
+from sera import simulate
+from sera.trainers import loop
+
+
+def _one_step(tmp_path, method: str, p0, n0: int, lr: float = 0.5):
+    """The logit move of every prompt after one step over the whole set."""
+    config = simulate.SimulationConfig(method=method, n0=n0, batch_size=len(p0), steps=1,
+                                       eval_every=10, lr=lr, out=str(tmp_path / method))
+    study = simulate.SimulatedStudy(config, p0)
+    before = study.theta.copy()
+    results = loop.fit(study)
+    return study.theta - before, results
+
+
+@pytest.mark.parametrize("p, n", [(0.02, 4), (0.3, 4), (0.8, 16)])
+def test_one_maxrl_step_moves_each_logit_by_kappa_times_one_minus_p(tmp_path, p, n):
+    prompts, lr = 20_000, 0.5
+    moves, _ = _one_step(tmp_path, "maxrl", np.full(prompts, p), n, lr)
+    expected = lr * simulate.expected_update(p, n)
+    assert expected == pytest.approx(lr * sera.kappa(p, n) * (1 - p))
+    standard_error = moves.std(ddof=1) / np.sqrt(prompts)
+    assert abs(moves.mean() - expected) < 4 * standard_error
+
+
+def test_unequal_counts_move_each_prompt_by_its_own_kappa(tmp_path):
+    # sera-oracle allocates from the exact p: the weights n0 / N_q and the batch normaliser
+    # cancel, so prompt q moves by lr * kappa(p_q, N_q) (1 - p_q) in expectation.
+    levels = np.repeat([0.05, 0.5], 4000)
+    lr = 0.5
+    moves, results = _one_step(tmp_path, "sera-oracle", levels, 8, lr)
+    counts = results.allocations.set_index("prompt")["rollouts"].sort_index().to_numpy()
+    assert counts[0] > counts[-1]  # the hard prompts got more
+    for level in (0.05, 0.5):
+        mine = levels == level
+        n = counts[mine]
+        assert (n == n[0]).all()
+        expected = lr * simulate.expected_update(level, n[0])
+        assert abs(moves[mine].mean() - expected) < 4 * moves[mine].std(ddof=1) / np.sqrt(
+            mine.sum())
+
+
+def test_runs_are_reproducible_and_pass_at_k_is_measured_on_the_prompts(tmp_path):
+    p0 = np.random.default_rng(0).beta(0.5, 2, 64)
+    config = simulate.SimulationConfig(method="sera", steps=12, eval_every=4, batch_size=16)
+    first = simulate.simulate(p0, config, repetitions=2)
+    again = simulate.simulate(p0, config, repetitions=2)
+    pd.testing.assert_frame_equal(first.metrics, again.metrics)
+    start = first.metrics[(first.metrics["metric"] == "val_pass") & (first.metrics["step"] == 0)]
+    held = np.clip(p0, 1e-6, 1 - 1e-6)  # the logits stay finite
+    for k in config.ks:
+        value = start.loc[start["k"] == k, "value"].iloc[0]
+        assert value == pytest.approx(np.mean(1 - (1 - held) ** k))
+    allocated = first.metrics.loc[first.metrics["metric"] == "allocated", "value"]
+    assert allocated.iloc[:4].eq(0).all() and allocated.iloc[4:12].eq(1).all()
+
+
+def test_regime_map_pairs_methods_by_seed():
+    p0 = np.random.default_rng(1).beta(0.5, 2, 32)
+    base = simulate.SimulationConfig(eval_every=4, batch_size=8)
+    table = simulate.regime_map(p0, [4, 8], steps=8, repetitions=3, base=base)
+    assert set(table["method"]) == {"maxrl", "sera"} and set(table["n0"]) == {4, 8}
+    assert set(table["step"]) == {0, 4, 8} and set(table["seed"]) == {0, 1, 2}
+    gain = simulate.predicted_gain(table)
+    row = gain[(gain["n0"] == 8) & (gain["step"] == 8) & (gain["k"] == 1)].iloc[0]
+    a = table[(table["method"] == "sera") & (table["n0"] == 8) & (table["step"] == 8)
+              & (table["k"] == 1)].sort_values("seed")["pass@k"].to_numpy()
+    b = table[(table["method"] == "maxrl") & (table["n0"] == 8) & (table["step"] == 8)
+              & (table["k"] == 1)].sort_values("seed")["pass@k"].to_numpy()
+    assert row["gain"] == pytest.approx((a - b).mean()) and row["runs"] == 3
+    assert row["low"] <= row["gain"] <= row["high"]
+    # at step 0 nothing has moved: both methods start from the same profile
+    zero = gain[gain["step"] == 0]
+    assert np.allclose(zero["gain"], 0)
+
+
+def test_harder_divides_the_odds_and_profiles_are_stored():
+    p = np.array([0.5, 0.2, 0.9])
+    q = simulate.harder(p, 4.0)
+    np.testing.assert_allclose(q / (1 - q), p / (1 - p) / 4)
+    profiles = simulate.load_profiles()
+    assert {"digits", "maze", "math"} <= set(profiles)
+    for values in profiles.values():
+        assert values.size >= 100 and ((values >= 0) & (values <= 1)).all()
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError, match="lr"):
+        simulate.SimulationConfig(lr=0)
+    config = simulate.SimulationConfig()
+    with pytest.raises(ValueError, match="p0"):
+        simulate.SimulatedStudy(config, np.ones((2, 2)) * 0.5)
+    with pytest.raises(ValueError):
+        simulate.SimulatedStudy(dataclasses.replace(config), [1.5])
