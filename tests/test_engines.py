@@ -15,7 +15,7 @@ import torch
 from sera import models
 from sera.tasks import math as task_math
 from sera.trainers.engines import Sampling, TransformersEngine
-from sera.trainers.sequence import token_logprobs
+from sera.trainers.token_loss import token_logprobs
 
 ENGINES = ["transformers", "vllm"]
 

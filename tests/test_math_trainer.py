@@ -11,7 +11,7 @@ import pytest
 
 from sera.tasks import math as task_math
 from sera.trainers import math as trainer
-from sera.trainers import sequence
+from sera.trainers import sequence, token_loss
 
 
 def _tiny(tmp_path, **changes):
@@ -104,9 +104,9 @@ def test_paper_presets_say_what_the_paper_ran():
 
 
 def test_token_sized_micro_batches():
-    parts = sequence.micro_batches([5, 5, 5, 20, 1, 1], sequences=4, tokens=12)
+    parts = token_loss.micro_batches([5, 5, 5, 20, 1, 1], sequences=4, tokens=12)
     assert parts == [slice(0, 2), slice(2, 3), slice(3, 4), slice(4, 6)]
-    assert sequence.micro_batches([3] * 10, sequences=4) == [slice(0, 4), slice(4, 8),
+    assert token_loss.micro_batches([3] * 10, sequences=4) == [slice(0, 4), slice(4, 8),
                                                              slice(8, 10)]
 
 
@@ -148,7 +148,7 @@ def test_training_with_vllm_rollouts(tmp_path):
     import torch
 
     with torch.no_grad():
-        chosen, _, _ = sequence.token_logprobs(study.model, [prompts[o] for o in owner],
+        chosen, _, _ = token_loss.token_logprobs(study.model, [prompts[o] for o in owner],
                                                responses, pad_token_id=study.task.pad_token_id)
     for j, o in enumerate(owner):
         start = len(prompts[o]) - 1

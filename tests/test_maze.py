@@ -10,7 +10,7 @@ import torch
 from sera import models
 from sera.tasks import maze
 from sera.trainers import maze as maze_trainer
-from sera.trainers import sequence
+from sera.trainers import sequence, token_loss
 from sera.trainers.engines import Sampling, TransformersEngine
 
 
@@ -102,7 +102,7 @@ def test_loss_equals_a_hand_computation():
     weights = np.array([2.0, 0.5])
     for agg, denominator in (("token-mean", 5), ("seqnorm", 2 * 4)):
         model.zero_grad()
-        loss, _ = sequence.sequence_loss(model, prompts, responses, advantages, weights, agg,
+        loss, _ = token_loss.sequence_loss(model, prompts, responses, advantages, weights, agg,
                                          4, 0, micro_batch=1)
         grads = [p.grad.clone() for p in model.parameters()]
         model.zero_grad()
@@ -132,7 +132,7 @@ def test_loss_log_probs_are_the_samplers(temperature):
     responses = out.sequences[:, len(prompt):].tolist()
     sampler = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1)
     sampled = sampler.gather(2, out.sequences[:, len(prompt):, None])[..., 0]
-    chosen, mask, _ = sequence.token_logprobs(model, [prompt] * 3, responses, temperature)
+    chosen, mask, _ = token_loss.token_logprobs(model, [prompt] * 3, responses, temperature)
     ours = chosen[:, len(prompt) - 1:]
     assert mask[:, len(prompt) - 1:].all()
     torch.testing.assert_close(ours, sampled, rtol=1e-5, atol=1e-5)
