@@ -94,7 +94,7 @@ class SimulatedStudy:
         self.theta = np.asarray(state["theta"], dtype=float)
         self.rng.bit_generator.state = state["rng"]
 
-    def exact(self, ids: np.ndarray) -> np.ndarray:
+    def exact_p(self, ids: np.ndarray) -> np.ndarray:
         return self.p[ids]
 
     def sample(self, run: loop.Run, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -251,7 +251,7 @@ def measure_profiles(samples: int = 32, out=PROFILES_FILE, progress: bool = True
         study = classification.ClassificationStudy(dataclasses.replace(
             classification.PRESETS["fast"], out=f"{folder}/digits", device="cpu"))
         parts.append(pd.DataFrame({"study": "digits", "prompt": np.arange(study.n_prompts),
-                                   "p": study.exact(np.arange(study.n_prompts)),
+                                   "p": study.exact_p(np.arange(study.n_prompts)),
                                    "samples": np.nan}))
         for name, module in (("maze", maze), ("math", math)):
             config = dataclasses.replace(module.PRESETS["fast"], out=f"{folder}/{name}",

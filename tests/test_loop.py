@@ -24,7 +24,7 @@ class Coins:
     def load_state_dict(self, state):
         self.rng.bit_generator.state = state["rng"]
 
-    def exact(self, ids):
+    def exact_p(self, ids):
         return self.p[ids]
 
     def sample(self, run, ids, counts):

@@ -135,7 +135,7 @@ class ClassificationStudy:
         return images.to(self.device, dtype), targets.to(self.device)
 
     @torch.no_grad()
-    def exact(self, ids: np.ndarray) -> np.ndarray:
+    def exact_p(self, ids: np.ndarray) -> np.ndarray:
         """Each image's exact success probability under the current (training-mode) model; the
         probabilities are kept for sampling in this step."""
         missing = [q for q in ids.tolist() if q not in self._probs]
@@ -152,7 +152,7 @@ class ClassificationStudy:
         """counts[i] labels for image ids[i] from its softmax; kept for the update."""
         if ids.size == 0:
             return np.zeros(0)
-        self.exact(ids)  # the probabilities, if this step has not computed them yet
+        self.exact_p(ids)  # the probabilities, if this step has not computed them yet
         probs = torch.stack([self._probs[q] for q in ids.tolist()])
         rows, labels = label_rollouts.sample_labels(probs, counts, self.generator)
         targets = torch.as_tensor(self.data_targets[ids], device=self.device)

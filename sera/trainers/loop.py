@@ -55,7 +55,7 @@ class Study(Protocol):
 
     def load_state_dict(self, state: dict) -> None: ...
 
-    def exact(self, ids: np.ndarray) -> np.ndarray | None:
+    def exact_p(self, ids: np.ndarray) -> np.ndarray | None:
         """The exact success probabilities of these prompts, or None if the task has none."""
 
     def sample(self, run: Run, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -41,7 +41,7 @@ class Outcome:
 
 def one_shot(run, study, ids) -> Outcome:
     """Plan the batch through the method table, sample once, update on everything sampled."""
-    exact = study.exact(ids)
+    exact = study.exact_p(ids)
     allocation = run.plan(ids, exact)
     if allocation is None:
         return Outcome(ids, None, exact=exact)
@@ -74,7 +74,7 @@ def dynamic_sampling(run, study, ids, factor: int = 3, max_rounds: int = 10) -> 
     successes = np.array(kept_successes[:size], dtype=float)
     estimates = run.history.estimate(kept_ids)[0]
     allocation = from_counts(estimates, np.full(kept_ids.size, n0), n0, "dynamic")
-    return Outcome(kept_ids, allocation, successes, study.exact(kept_ids), sampled)
+    return Outcome(kept_ids, allocation, successes, study.exact_p(kept_ids), sampled)
 
 
 def dars_extra(accuracy: np.ndarray, n0: int, n_max: int, schedule: str = "hw") -> np.ndarray:
@@ -106,7 +106,7 @@ def two_stage(run, study, ids, schedule: str = "hw") -> Outcome:
         sampled.append((ids[more], extra[more], topped))
     estimates = run.history.estimate(ids)[0]
     allocation = from_counts(estimates, pilot_counts + extra, n0, "two-stage")
-    return Outcome(ids, allocation, successes, study.exact(ids), sampled)
+    return Outcome(ids, allocation, successes, study.exact_p(ids), sampled)
 
 
 def probe_commit(run, study, ids, probe: int = 2, commit_above: float = 0.8,
@@ -172,7 +172,7 @@ def probe_commit(run, study, ids, probe: int = 2, commit_above: float = 0.8,
     successes = np.array([drawn[q][1] for q in kept], dtype=float)
     run.log("committed", kept.size)
     allocation = from_counts(run.history.estimate(kept)[0], counts, n0, "probe-commit")
-    return Outcome(kept, allocation, successes, study.exact(kept), sampled)
+    return Outcome(kept, allocation, successes, study.exact_p(kept), sampled)
 
 
 def _sample(run, study, order, counts, drawn, sampled):

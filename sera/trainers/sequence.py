@@ -160,7 +160,7 @@ class SequenceStudy:
         seed = int(np.random.default_rng(key).integers(2**31))
         return self.engine.generate(prompts, counts, sampling, seed)
 
-    def exact(self, ids: np.ndarray) -> None:
+    def exact_p(self, ids: np.ndarray) -> None:
         """A sequence task does not know its success probabilities."""
         return None
 
