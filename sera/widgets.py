@@ -4,7 +4,7 @@ Each explorer returns an ipywidgets `interactive`: moving a slider redraws the f
 figure cell draws with fixed values (sliders only display). Sliders update on release
 (continuous_update=False) so that a redraw follows each move once; sliders whose ranges depend
 on each other are linked (N_min <= N0 <= N_max), and a setting a figure cannot draw shows a short
-message, never a traceback. Used by notebooks 01-03; needs ipywidgets (the notebooks extra).
+message, never a traceback. Used by notebooks 01-03 and 08; needs ipywidgets (the notebooks extra).
 """
 
 from __future__ import annotations
@@ -103,3 +103,22 @@ def _link(n_min, n0, n_max) -> None:
 
 EXPLORERS = {"kappa": kappa_explorer, "tilt": tilt_explorer, "waterline": waterline_explorer,
              "safeguard": safeguard_explorer}
+
+
+def regime_explorer(gains):
+    """The simulated regime map of one profile (notebook 08) for each precomputed K, n_min and
+    difficulty: the sliders pick among the settings that were simulated."""
+    import ipywidgets as widgets
+
+    def choice(values, label, fmt=str):
+        options = [(fmt(v), v) for v in sorted(set(values))]
+        return widgets.SelectionSlider(options=options, value=options[0][1], description=label,
+                                       continuous_update=False, style=LABEL,
+                                       layout=widgets.Layout(width=WIDTH))
+
+    return _interactive(lambda k, n_min, difficulty: splot.plot_regime_slider(
+        gains, k, n_min, difficulty),
+        k=choice(gains["k"], "Pass@K, K"),
+        n_min=choice(gains["n_min"], "fewest rollouts n_min"),
+        difficulty=choice(gains["difficulty"], "prompts harder (odds divided by)",
+                          lambda v: f"x{v:g}"))

@@ -212,3 +212,30 @@ def test_one_style_per_method_and_no_grey_fallback():
             assert (colors[name], splot.method_style(name).ls) == (base.color, "--")
     with pytest.raises(KeyError, match="add it to sera.plotting.style.STYLES"):
         splot.method_style("no-such-method")
+
+
+def _regime_gains():
+    from sera import simulate
+
+    p0 = np.random.default_rng(0).beta(0.5, 2, 32)
+    base = simulate.SimulationConfig(eval_every=4, batch_size=8)
+    table = simulate.regime_map(p0, [4, 8], steps=8, repetitions=3, base=base)
+    return simulate.predicted_gain(table)
+
+
+def test_regime_figures_draw_with_one_cell_per_setting():
+    import pandas as pd
+
+    gains = _regime_gains()
+    both = pd.concat([gains.assign(profile="easy"), gains.assign(profile="hard")])
+    fig = splot.plot_regime_map(both, k=1)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["easy", "hard"]
+    assert len(panels[0].texts) == 2 * 2  # two N0 x two evaluation steps after step 0
+    assert isinstance(splot.plot_regime_diagnostics(both, k=1), Figure)
+    assert isinstance(splot.plot_difficulty_profiles({"a": [0.1, 0.5], "b": [0.0, 0.9]}),
+                      Figure)
+    sweep = both.assign(n_min=2, difficulty=1.0)
+    assert isinstance(splot.plot_regime_slider(sweep, 1, 2, 1.0), Figure)
+    message = splot.plot_regime_slider(sweep, 1, 4, 1.0)  # a setting that was not simulated
+    assert "not simulated" in message.axes[0].texts[0].get_text()

@@ -65,3 +65,17 @@ def test_an_infeasible_setting_shows_a_message_not_a_traceback():
     assert "does not fit the bounds" in fig.axes[0].texts[0].get_text()
     fig = splot.plot_safeguard_beta(n0=9, n_max=8)
     assert "does not fit the bounds" in fig.axes[0].texts[0].get_text()
+
+
+def test_regime_explorer_moves_over_every_simulated_setting():
+    from sera import simulate
+
+    p0 = [0.02, 0.1, 0.3, 0.6] * 4
+    base = simulate.SimulationConfig(eval_every=4, batch_size=4)
+    table = simulate.regime_map(p0, [4], steps=8, repetitions=2, base=base)
+    sweep = simulate.predicted_gain(table).assign(profile="toy", n_min=2, difficulty=1.0)
+    explorer = sera.widgets.regime_explorer(sweep)
+    for control in _controls(explorer).values():
+        assert " " in control.description
+        for value in [v for _, v in control.options]:
+            _move(explorer, control, value)

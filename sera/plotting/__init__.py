@@ -18,6 +18,12 @@ from sera.plotting.fidelity import (
     plot_mixed_probability,
     plot_rollouts_for_fidelity,
 )
+from sera.plotting.regime import (
+    plot_difficulty_profiles,
+    plot_regime_diagnostics,
+    plot_regime_map,
+    plot_regime_slider,
+)
 from sera.plotting.sequence import (
     plot_allocation_vs_estimate,
     plot_maze_paths,
@@ -48,6 +54,10 @@ __all__ = [
     "plot_passk_profile",
     "plot_validation_over_training",
     "plot_budget_concentration",
+    "plot_difficulty_profiles",
+    "plot_regime_diagnostics",
+    "plot_regime_map",
+    "plot_regime_slider",
     "plot_direction_tilt",
     "plot_kappa_curves",
     "plot_kappa_slider",

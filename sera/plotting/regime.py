@@ -1,0 +1,106 @@
+"""Figures of the regime map (notebooks/08_when_sera_helps.ipynb): where the simulator predicts
+that SERA beats MaxRL, the starting difficulty it depends on, and why (mixed groups, budget on
+p ~ 0). Inputs are sera.simulate's tables with a `profile` column added."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sera.plotting.style import line, message_figure, new_figure, styled
+
+
+@styled
+def plot_difficulty_profiles(profiles: dict):
+    """Histogram of each profile's success probabilities (one panel each), with the share of
+    prompts that never succeeded and the mean."""
+    names = list(profiles)
+    fig, axes = new_figure(ncols=len(names), width=3.0, height=2.6, squeeze=False)
+    bins = np.linspace(0, 1, 21)
+    for ax, name in zip(axes[0], names, strict=True):
+        p = np.asarray(profiles[name], dtype=float)
+        ax.hist(p, bins=bins, color="0.45")
+        ax.set_title(f"{name}: mean {p.mean():.2f}, {np.mean(p < 0.05):.0%} below 0.05")
+        ax.set_xlabel("success probability p before RL")
+    axes[0][0].set_ylabel("prompts")
+    return fig
+
+
+def _grid(part: pd.DataFrame, value: str):
+    """A (n0 x step) array of `value` with its row and column labels."""
+    table = part.pivot_table(index="n0", columns="step", values=value)
+    return table.to_numpy(), table.index.to_list(), table.columns.to_list()
+
+
+@styled
+def plot_regime_map(gains: pd.DataFrame, k: int = 1, limit: float | None = None):
+    """Predicted SERA - MaxRL Pass@K as heat maps over (steps, N0), one panel per profile;
+    each cell prints the gain in percentage points, and a dot marks cells whose interval over
+    the repetitions excludes 0. gains: sera.simulate.predicted_gain rows with a profile column."""
+    part = gains[gains["k"] == k]
+    part = part[part["step"] > 0]
+    if part.empty:
+        return message_figure(f"no simulated gains at K = {k}")
+    names = list(dict.fromkeys(part["profile"]))
+    limit = limit or max(float(np.nanmax(np.abs(part["gain"]))), 1e-3)
+    fig, axes = new_figure(ncols=len(names), width=3.3, height=2.9, squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        mine = part[part["profile"] == name]
+        values, rows, columns = _grid(mine, "gain")
+        low, _, _ = _grid(mine, "low")
+        high, _, _ = _grid(mine, "high")
+        image = ax.imshow(values, cmap="RdBu", vmin=-limit, vmax=limit, origin="lower",
+                          aspect="auto")
+        for i in range(len(rows)):
+            for j in range(len(columns)):
+                sure = low[i, j] > 0 or high[i, j] < 0
+                ax.text(j, i, f"{100 * values[i, j]:+.1f}" + ("\u2022" if sure else ""),
+                        ha="center", va="center", fontsize=7,
+                        color="white" if abs(values[i, j]) > 0.6 * limit else "black")
+        ax.set_xticks(range(len(columns)), labels=[str(c) for c in columns])
+        ax.set_yticks(range(len(rows)), labels=[str(r) for r in rows])
+        ax.set_xlabel("RL steps")
+        ax.set_title(name)
+        ax.grid(False)
+    axes[0][0].set_ylabel("rollouts per prompt N0")
+    bar = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.9)
+    bar.set_label(f"SERA - MaxRL, Pass@{k}")
+    return fig
+
+
+@styled
+def plot_regime_slider(gains: pd.DataFrame, k: int, n_min: int, difficulty: float):
+    """plot_regime_map of one (n_min, difficulty) setting of a precomputed sweep (the slider
+    view): gains carries n_min and difficulty columns."""
+    part = gains[(gains["n_min"] == n_min) & np.isclose(gains["difficulty"], difficulty)]
+    if part.empty:
+        return message_figure(f"n_min = {n_min}, difficulty x{difficulty:g} was not simulated")
+    limit = float(np.nanmax(np.abs(gains.loc[gains["k"] == k, "gain"]))) or 1e-3
+    return plot_regime_map(part, k, limit=limit)
+
+
+@styled
+def plot_regime_diagnostics(gains: pd.DataFrame, k: int = 1):
+    """At the last simulated step, per profile against N0: the share of the budget spent on
+    prompts with p < 0.05 (left) and the mixed groups per step (right), SERA beside MaxRL."""
+    part = gains[gains["k"] == k]
+    part = part[part["step"] == part["step"].max()]
+    fig, axes = new_figure(ncols=2, width=4.0, height=3.0)
+    styles = ("-", "--", ":", "-.")
+    for (name, mine), ls in zip(part.groupby("profile", sort=False), styles * 4, strict=False):
+        mine = mine.sort_values("n0")
+        for method in ("sera", "maxrl"):
+            color = line(method)["color"]
+            axes[0].plot(mine["n0"], mine[f"{method}_zero_share"], color=color, ls=ls,
+                         marker="o", ms=3, label=f"{method}, {name}")
+            axes[1].plot(mine["n0"], mine[f"{method}_mixed_groups"], color=color, ls=ls,
+                         marker="o", ms=3, label=f"{method}, {name}")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(set(part["n0"])), labels=[str(n) for n in sorted(set(part["n0"]))])
+        ax.minorticks_off()
+        ax.set_xlabel("rollouts per prompt N0")
+    axes[0].set_ylabel("budget share, prompts with p < 0.05")
+    axes[1].set_ylabel("groups with mixed outcomes (share)")
+    axes[1].legend(fontsize=6, ncols=2)
+    return fig
