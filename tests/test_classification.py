@@ -232,3 +232,13 @@ def test_cifar_folder_in_python_format(tmp_path):
     assert len(data.train) == 20 and len(data.val) == 4 and data.n_classes == 10
     x, y = fetch(data.train, [0, 5])
     assert x.shape == (2, 3, 32, 32) and y.dtype == torch.long
+
+
+def test_the_safeguard_leaves_images_out_and_the_run_goes_on(tmp_path):
+    config = _tiny(tmp_path, method="sera-oracle",
+                   allocator=trainer.AllocatorConfig(n_max=8, u_min=0.5))
+    results = trainer.train(config)
+    allocations = results.allocations
+    assert (allocations["rollouts"] == 0).any()  # an untrained model: many images fail U
+    assert (allocations.groupby("step")["rollouts"].sum() == 16 * 4).all()
+    assert np.isfinite(results.metrics["value"]).all()

@@ -155,3 +155,17 @@ def test_probe_commit_spends_the_budget_on_committed_prompts(tmp_path):
         sampled = _sampled(study, step)
         assert all(sampled[q] == n for q, n in zip(ids.tolist(), counts.tolist(), strict=True))
         assert (counts <= 6).all()
+
+
+def test_each_start_records_threads_and_the_cpus_instruction_set(tmp_path):
+    import json
+
+    config = _config(tmp_path, steps=4)
+    loop.fit(Coins(config, P))
+    loop.fit(Coins(dataclasses.replace(config, steps=6), P))  # resumed for two more steps
+    lines = (tmp_path / "run" / "provenance.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["step"] for r in records] == [0, 4]
+    for record in records:
+        assert record["torch_threads"] >= 1 and record["cpu_capability"]
+        assert {"torch", "numpy", "machine"} <= set(record)

@@ -154,3 +154,23 @@ def test_training_with_vllm_rollouts(tmp_path):
         start = len(prompts[o]) - 1
         ours = chosen[j, start:start + len(logprobs[j])].numpy()
         assert np.abs(ours - np.array(logprobs[j])).max() < 1e-5
+
+
+def test_the_safeguard_leaves_problems_out_and_the_run_goes_on(tmp_path):
+    config = _tiny(tmp_path, method="sera", steps=8)
+    config = dataclasses.replace(config, allocator=dataclasses.replace(config.allocator,
+                                                                       u_min=0.3))
+    allocations = sequence.train(config, trainer.build).allocations
+    assert (allocations["rollouts"] == 0).any()  # some problems got no rollouts
+    assert (allocations.groupby("step")["rollouts"].sum() == 8 * 2).all()
+
+
+@pytest.mark.parametrize("preset", ["fast", "long"])
+def test_the_command_line_and_a_notebook_build_the_same_configuration(preset):
+    # notebook 07 runs dataclasses.replace(PRESETS[profile], method=..., agg=..., seed=...)
+    from sera.trainers import cli
+
+    argv = ["--preset", preset, "--method", "grpo", "--agg", "seqnorm", "--seed", "3"]
+    parsed = cli.parse(trainer.MathConfig, trainer.PRESETS, argv)
+    notebook = dataclasses.replace(trainer.PRESETS[preset], method="grpo", agg="seqnorm", seed=3)
+    assert parsed == notebook

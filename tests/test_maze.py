@@ -213,3 +213,25 @@ def test_command_line(tmp_path):
     assert code == 0
     table = pd.read_csv(tmp_path / "cli" / "metrics.csv")
     assert set(table["seed"]) == {2} and 4 in set(table.loc[table["metric"] == "pass", "k"])
+
+
+def test_the_safeguard_leaves_mazes_out_and_the_run_goes_on(tmp_path):
+    config = _tiny(tmp_path, method="sera", steps=8)
+    config = dataclasses.replace(config, allocator=dataclasses.replace(config.allocator,
+                                                                       u_min=0.3))
+    allocations = sequence.train(config, maze_trainer.build).allocations
+    dropped = allocations[allocations["rollouts"] == 0]
+    assert len(dropped) > 0 and set(dropped["step"]) <= set(range(4, 8))  # after epoch 0
+    assert (allocations.groupby("step")["rollouts"].sum() == 4 * 4).all()
+
+
+@pytest.mark.parametrize("preset", ["fast", "long"])
+def test_the_command_line_and_a_notebook_build_the_same_configuration(preset):
+    # notebook 05 runs dataclasses.replace(PRESETS[profile], method=..., agg=..., seed=...)
+    from sera.trainers import cli
+
+    argv = ["--preset", preset, "--method", "sera", "--agg", "seqnorm", "--seed", "2"]
+    parsed = cli.parse(maze_trainer.MazeConfig, maze_trainer.PRESETS, argv)
+    notebook = dataclasses.replace(maze_trainer.PRESETS[preset], method="sera", agg="seqnorm",
+                                   seed=2)
+    assert parsed == notebook

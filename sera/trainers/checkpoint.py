@@ -37,3 +37,17 @@ def load(path: Path, config: dict) -> dict | None:
                          f"({', '.join(changed)} differ); use a new output folder, delete the "
                          f"checkpoint, or rerun the grid with rerun=True")
     return state
+
+
+def provenance() -> dict:
+    """What a run's numbers depend on beyond its configuration: the library versions, torch's
+    thread count and the CPU's vector instruction set (bitwise-equal results need the same
+    three), and the machine."""
+    import platform
+
+    import numpy
+
+    return {"torch": torch.__version__, "numpy": numpy.__version__,
+            "python": platform.python_version(), "torch_threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.machine(), "cuda": torch.cuda.is_available()}

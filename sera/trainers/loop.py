@@ -246,6 +246,9 @@ def fit(study: Study, callback=None) -> Results:
         run.load_state_dict(state)
         run.finished = run.finished and run.step >= config.steps  # more steps were asked for
     (out / "config.json").write_text(json.dumps(as_dict(config), indent=2))
+    # Appended at every start or resume: a resumed run may continue on another machine.
+    with (out / "provenance.jsonl").open("a") as record:
+        record.write(json.dumps({"step": run.step, **checkpoint.provenance()}) + "\n")
     bar = _progress(config, run.step)
     protocol = PROTOCOLS[run.method.protocol]
     while run.step < config.steps:

@@ -187,8 +187,11 @@ class SequenceStudy:
         pool, self._pool, self._calls = self._pool, {}, 0
         if ids.size == 0:
             return
-        groups = [pool[q] for q in ids.tolist()]
+        # The observability safeguard may give a prompt no rollouts: it has no pool entry.
+        groups = [pool.get(q, []) for q in ids.tolist()]
         counts = np.array([len(g) for g in groups])
+        if not counts.any():
+            return
         owner = np.repeat(np.arange(ids.size), counts)
         responses = [r for g in groups for r, _ in g]
         rewards = np.array([reward for g in groups for _, reward in g])
