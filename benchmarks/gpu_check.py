@@ -174,7 +174,7 @@ def _loop_checks(run: loop.Run, n_prompts: int, batch: int) -> dict:
     config = run.config
     table = run.allocation_table()
     checks: dict = {}
-    n_min, n_max = config.allocator.n_min, config.allocator.upper(config.n0)
+    n_min, n_max = config.allocator.n_min, config.allocator.n_max_for(config.n0)
     per_step = table.groupby("step").agg(prompts=("prompt", "size"), rollouts=("rollouts", "sum"),
                                          low=("rollouts", "min"), high=("rollouts", "max"),
                                          allocated=("allocated", "first"))
@@ -391,12 +391,12 @@ def _trl_checks(trainer, n0: int, allocator, epoch_steps: int) -> dict:
         ids, counts = np.asarray(entry["ids"]), np.asarray(entry["counts"])
         budget_ok &= int(counts.sum()) == ids.size * n0
         bounds_ok &= bool((counts >= allocator.n_min).all()
-                          and (counts <= allocator.upper(n0)).all())
+                          and (counts <= allocator.n_max_for(n0)).all())
         p_hat, ready = reference.estimate(ids)
         if ready.all():
             planned += 1
             expected = sera.allocate(p_hat, ids.size * n0, n_min=allocator.n_min,
-                                     n_max=allocator.upper(n0), n0=n0,
+                                     n_max=allocator.n_max_for(n0), n0=n0,
                                      method=allocator.rounding).counts
             equal += int(np.array_equal(expected, counts))
         reference.record(np.repeat(ids, counts), entry["rewards"])
@@ -405,7 +405,7 @@ def _trl_checks(trainer, n0: int, allocator, epoch_steps: int) -> dict:
     spread = np.concatenate([np.asarray(e["counts"]) for e in log[epoch_steps:]] or [[0]])
     _check(checks, "budget", budget_ok, f"{len(log)} generation batches, each prompts x {n0}; "
            f"counts after the first pass from {spread.min()} to {spread.max()}")
-    _check(checks, "bounds", bounds_ok, f"counts in [{allocator.n_min}, {allocator.upper(n0)}]")
+    _check(checks, "bounds", bounds_ok, f"counts in [{allocator.n_min}, {allocator.n_max_for(n0)}]")
     _check(checks, "counts_equal_allocate", planned > 0 and equal == planned,
            f"{equal} of {planned} planned batches equal sera.allocate on a replayed history")
     _check(checks, "history_folds", trainer.sera_history.epoch == len(log) // epoch_steps,

@@ -46,7 +46,7 @@ class AllocatorConfig:
         if self.n_max_factor < 1:
             raise ValueError(f"n_max_factor must be >= 1, got {self.n_max_factor}")
 
-    def upper(self, n0: int) -> int:
+    def n_max_for(self, n0: int) -> int:
         """n_max resolved for a budget of n0 rollouts per prompt."""
         return self.n_max if self.n_max is not None else self.n_max_factor * n0
 

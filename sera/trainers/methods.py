@@ -149,7 +149,7 @@ def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndar
         raise ValueError(f"method {method.name!r} samples in rounds ({method.protocol}); its "
                          f"protocol decides the counts, not plan")
     budget = ids.size * n0
-    bounds = dict(n_min=allocator.n_min, n_max=allocator.upper(n0), n0=n0)
+    bounds = dict(n_min=allocator.n_min, n_max=allocator.n_max_for(n0), n0=n0)
     if method.allocator == "uniform":
         result = uniform(estimates, budget, **bounds)
     elif method.allocator == "reweight":
@@ -161,7 +161,7 @@ def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndar
     elif method.allocator == "cero":
         cero = state.setdefault("cero", CeroAllocator(history.n_prompts))
         result = cero.plan(ids, *history.posterior(ids), budget, allocator.n_min,
-                           allocator.upper(n0), n0)
+                           allocator.n_max_for(n0), n0)
     else:
         rule = allocator.rounding if method.allocator == "waterline" else method.allocator
         u_min = allocator.u_min if method.allocator == "waterline" else None
