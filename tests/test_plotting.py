@@ -239,3 +239,22 @@ def test_regime_figures_draw_with_one_cell_per_setting():
     assert isinstance(splot.plot_regime_slider(sweep, 1, 2, 1.0), Figure)
     message = splot.plot_regime_slider(sweep, 1, 4, 1.0)  # a setting that was not simulated
     assert "not simulated" in message.axes[0].texts[0].get_text()
+
+
+def test_gain_figures_draw_each_seed_beside_the_interval():
+    import pandas as pd
+
+    import sera.results
+
+    final = pd.DataFrame([{"method": m, "seed": s, "prompt": q, "agg": "token-mean",
+                           "p": p0 + 0.02 * s}
+                          for m, p0 in (("sera", 0.5), ("maxrl", 0.4)) for s in range(4)
+                          for q in range(10)])
+    gains = sera.results.paired_gain(final, ks=[1, 4])
+    fig = splot.plot_sequence_profile(sera.results.passk_profile(final, ks=[1, 4]), gains)
+    hollow = [c for c in fig.axes[1].collections if len(c.get_offsets()) == 4]
+    assert len(hollow) == 2  # one set of 4 seed points per K
+    assert "4 seeds" in fig.axes[1].get_title()
+    against = sera.results.gains_against(final, "maxrl", by=(), ks=[1])
+    fig = splot.plot_gains(against, reference="maxrl")
+    assert any(len(c.get_offsets()) == 4 for c in fig.axes[0].collections)

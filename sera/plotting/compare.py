@@ -77,10 +77,21 @@ def plot_against_budget(metrics: pd.DataFrame, metric: str = "val_pass", k: int 
     return fig
 
 
+def _seed_points(ax, per_seed, y, colors) -> None:
+    """Each seed's difference as a small hollow dot on the row of its method."""
+    if per_seed is None:
+        return
+    for row, values, color in zip(y, per_seed, colors, strict=True):
+        values = np.atleast_1d(values) if values is not None else []
+        ax.scatter(values, np.full(len(values), row + 0.18), s=9, facecolors="none",
+                   edgecolors=color, lw=0.7, zorder=2)
+
+
 @styled
 def plot_gains(gains: pd.DataFrame, reference: str = "sera"):
-    """Each method minus the reference with paired bootstrap 95% intervals, one panel per K
-    (gains: sera.results.paired_gain rows with a method column)."""
+    """Each method minus the reference, one panel per K: each seed's paired difference (small
+    dots), their mean (large dot) and the Student-t 95% interval over seeds (bar; none with
+    fewer than 3 seeds). gains: sera.results.paired_gain rows with a method column."""
     ks = sorted(gains["k"].unique())
     fig, axes = new_figure(ncols=len(ks), width=3.0, height=0.32 * gains["method"].nunique() + 1,
                            squeeze=False)
@@ -90,7 +101,8 @@ def plot_gains(gains: pd.DataFrame, reference: str = "sera"):
         y = np.arange(len(order))
         colors = [method_style(m).color for m in order]
         ax.hlines(y, rows["low"], rows["high"], colors=colors, lw=2)
-        ax.scatter(rows["gain"], y, c=colors, s=14, zorder=3)
+        ax.scatter(rows["gain"], y, c=colors, s=18, zorder=3)
+        _seed_points(ax, rows["per_seed"] if "per_seed" in rows else None, y, colors)
         ax.axvline(0, color="#404040", lw=0.8)
         ax.set(title=f"Pass@{k}", xlabel=f"method - {reference}")
         ax.set_yticks(y, labels=order if ax is axes[0][0] else [""] * len(order))

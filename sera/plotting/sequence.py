@@ -81,8 +81,9 @@ def plot_sequence_validation(metrics: pd.DataFrame, ks=(1, 16)):
 def plot_sequence_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = None,
                       subject: str = "mazes"):
     """Final Pass@K against K per method and aggregation, mean over seeds (left) and, when
-    given, SERA - MaxRL per aggregation with paired-bootstrap 95% intervals over held-out
-    prompts and seeds (right). profile: sera.results.passk_profile; gains:
+    given, SERA - MaxRL per aggregation (right): each seed's paired difference over the
+    held-out prompts (hollow dots) and the Student-t 95% interval over seeds (none with fewer
+    than 3 seeds). profile: sera.results.passk_profile; gains:
     sera.results.paired_gain; subject names the held-out prompts on the axis."""
     fig, axes = new_figure(ncols=2 if gains is not None else 1, width=3.7, height=3.1,
                            squeeze=False)
@@ -97,13 +98,22 @@ def plot_sequence_profile(profile: pd.DataFrame, gains: pd.DataFrame | None = No
     ax.legend(loc="lower right", fontsize=7, handlelength=3.5)
     if gains is not None:
         ax = axes[0][1]
+        color = method_style("sera").color
         for agg, rows in gains.groupby("agg", sort=False):
-            ax.errorbar(rows["k"] * (1.06 if agg == "seqnorm" else 1.0), rows["gain"],
+            x = rows["k"].to_numpy() * (1.08 if agg == "seqnorm" else 1.0)
+            ax.errorbar(x, rows["gain"],
                         yerr=[rows["gain"] - rows["low"], rows["high"] - rows["gain"]],
-                        color=method_style("sera").color, ls=AGG_STYLE.get(agg, "-"),
-                        marker="o", ms=3, capsize=2, label=agg)
+                        color=color, ls=AGG_STYLE.get(agg, "-"), marker="o", ms=3, capsize=2,
+                        label=agg)
+            per_seed = rows["per_seed"] if "per_seed" in rows else [()] * len(rows)
+            for xk, values in zip(x, per_seed, strict=True):
+                ax.scatter(np.full(len(values), xk * 1.03), values, s=9, facecolors="none",
+                           edgecolors=color, lw=0.7)
+        seeds = int(gains["seeds"].max()) if "seeds" in gains else 0
         ax.axhline(0, color="#404040", lw=0.8)
-        ax.set(xscale="log", xlabel="K", ylabel="SERA - MaxRL", title="paired bootstrap 95%")
+        ax.set(xscale="log", xlabel="K", ylabel="SERA - MaxRL",
+               title=f"{seeds} seeds" + (": t 95% over seeds" if seeds >= 3
+                                         else ": too few for an interval"))
         count_ticks(ax, gains["k"].max(), which="x")
         ax.legend(loc="best", fontsize=7, handlelength=3.5)
     return fig
