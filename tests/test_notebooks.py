@@ -142,11 +142,14 @@ def test_notebook_runs_and_writes_its_figures(path, tmp_path):
         for ext in ("png", "pdf"):
             written = tmp_path / "figures" / f"{name}.{ext}"
             assert written.stat().st_size > 1000, written
-    # What a reader sees: every cell that ends by showing a figure shows it as an image.
+    # What a reader sees: every cell that saves a figure or ends with one shows it as an image.
     executed = nbformat.read(tmp_path / "out" / path.name, as_version=4)
     figure_cells = [(i, c) for i, c in enumerate(executed.cells) if c.cell_type == "code"
-                    and c.source.strip().splitlines()[-1].strip() == "fig"]
-    assert figure_cells, f"{path.name} shows no figure"
+                    and (c.source.strip().splitlines()[-1].strip() == "fig"
+                         or re.search(r"savefig\(\w+, \"\w+\"", c.source))]
+    saved = {m for _, c in figure_cells for m in re.findall(r"savefig\(\w+, \"(\w+)\"",
+                                                                  c.source)}
+    assert set(declared) <= saved, f"saved outside a figure cell: {set(declared) - saved}"
     for i, cell in figure_cells:
         kinds = {kind for out in cell.outputs for kind in out.get("data", {})}
         assert "image/png" in kinds, f"{path.name} cell {i} shows {kinds or 'nothing'}"
