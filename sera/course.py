@@ -1,13 +1,16 @@
 """Checks for the course exercises (notebooks/exercises/): each takes the function a student
-wrote, tries it on cases chosen to catch the usual mistakes, and prints what it found, a hint
-when something is off, never a traceback. Each returns a Feedback as well, for the tests.
+wrote, tries it on cases chosen to catch the usual mistakes, and prints what it found once, a
+hint when something is off, never a traceback. Each returns a Feedback as well, for the tests.
 
-A stub that still raises NotImplementedError is reported as "not done yet". Reference solutions
-live in sera.course_solutions; the exercise notebooks load them when run with solutions=True.
+A stub that still raises NotImplementedError is reported as "not done yet"; a function that calls
+sera itself is not a solution. Hints say what is wrong, not what is right: the expected values
+and the formula are added only with answers=True (self-study; a graded class leaves it off).
+The reference solutions are the exercise notebooks' solution cells (python -m sera.course).
 """
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,15 +28,45 @@ class Feedback:
     passed: bool
     message: str
 
-    def _repr_markdown_(self) -> str:
-        return self.message
+    def _ipython_display_(self) -> None:
+        """Nothing: the check printed its message already, and a check ending a cell would
+        otherwise show it twice."""
 
     def __str__(self) -> str:
         return self.message
 
 
-def _report(name: str, fn, run) -> Feedback:
-    """Call run(fn) -> None (passed) or a hint; a stub or an error becomes a message."""
+@dataclass(frozen=True)
+class Hint:
+    """What is wrong (always shown) and what is right (shown only with answers=True)."""
+
+    wrong: str
+    answer: str = ""
+
+
+def _calls_sera(fn) -> bool:
+    """True when fn is sera's own function or its code reads the name sera (kappa = sera.kappa,
+    lambda p, n: sera.kappa(p, n))."""
+    module = getattr(fn, "__module__", None) or ""
+    if module.split(".")[0] == "sera" and module != "sera.course_solutions":
+        return True
+    code = getattr(fn, "__code__", None)
+    stack = [code] if code is not None else []
+    while stack:
+        code = stack.pop()
+        if "sera" in code.co_names:
+            return True
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return False
+
+
+def _report(name: str, fn, run, answers: bool) -> Feedback:
+    """Call run(fn) -> None (passed) or a Hint; a stub or an error becomes a message."""
+    if _calls_sera(fn):
+        feedback = Feedback(True, False, f"{name}: not yet. Your function calls sera's own "
+                                         f"code; write it with numpy and math only.")
+        print("---- " + feedback.message)
+        return feedback
     try:
         hint = run(fn)
     except NotImplementedError:
@@ -43,8 +76,11 @@ def _report(name: str, fn, run) -> Feedback:
         feedback = Feedback(True, False, f"{name}: your function raised {type(exc).__name__}: "
                                          f"{exc}. Check it on one small case by hand.")
     else:
-        feedback = Feedback(True, hint is None, f"{name}: correct." if hint is None
-                            else f"{name}: not yet. {hint}")
+        if isinstance(hint, Hint):
+            text = hint.wrong + (f" {hint.answer}" if answers and hint.answer else "")
+            feedback = Feedback(True, False, f"{name}: not yet. {text}")
+        else:
+            feedback = Feedback(True, True, f"{name}: correct." + (f" {hint}" if hint else ""))
     print(("PASS " if feedback.passed else "---- ") + feedback.message)
     return feedback
 
@@ -57,39 +93,39 @@ def _close(a, b, rtol=1e-9, atol=1e-12) -> bool:
 # ---------------------------------------------------------------------- exercise 1: kappa
 
 
-def check_kappa(fn) -> Feedback:
+def check_kappa(fn, answers: bool = False) -> Feedback:
     """fn(p, n) -> the fidelity of centered MaxRL with n rollouts, 1 - (1-p)^(n-1)."""
 
     def run(fn):
         p = np.array([0.001, 0.05, 0.2, 0.5, 0.9])
         ns = np.array([2, 3, 8, 32])[:, None]
         got = np.array([[float(fn(q, int(n))) for q in p] for n in ns[:, 0]])
+        off_by_one = "Off by one in the exponent: count the terms the estimator keeps."
         mistakes = [
-            (_kappa(p, ns, centered=False), "This is the uncentered estimator's fidelity "
-             "(exponent N). The centered one keeps only the first N-1 terms of the series: "
-             "exponent N-1."),
-            ((1 - p) ** (ns - 1), "You returned (1-p)^(N-1), the part that is lost: kappa is "
-             "one minus it."),
-            (1 - p ** (ns - 1), "The series is in powers of (1-p), the failure probability, "
-             "not of p."),
-            (_kappa(p, ns + 1), "Off by one in the exponent: with N rollouts it is N-1."),
-            (_kappa(p, np.maximum(ns - 1, 1)), "Off by one in the exponent: with N rollouts "
-             "it is N-1."),
+            (_kappa(p, ns, centered=False), "This is the uncentered estimator's fidelity. "
+             "The centered one keeps one term fewer of the series."),
+            ((1 - p) ** (ns - 1), "You returned the part of the series that is lost, not the "
+             "part that is kept."),
+            (1 - p ** (ns - 1), "The series is in powers of the failure probability, not of p."),
+            (_kappa(p, ns + 1), off_by_one),
+            (_kappa(p, np.maximum(ns - 1, 1)), off_by_one),
         ]
         if not _close(got, _kappa(p, ns)):
             for values, hint in mistakes:
                 if _close(got, values):
-                    return hint
-            return "The values differ from 1 - (1-p)^(N-1); try p = 0.2, N = 3 by hand: 0.36."
+                    return Hint(hint, "kappa = 1 - (1-p)^(N-1).")
+            return Hint("The values differ from the fidelity; work out p = 0.2, N = 3 by hand.",
+                        "kappa(0.2, 3) = 0.36.")
         if abs(float(fn(1e-12, 3)) - 2e-12) > 1e-20:
-            return ("Right formula, but at p = 1e-12 it loses its digits: 1 - (1-p)^2 rounds. "
-                    "Use -expm1((N-1) * log1p(-p)).")
+            return Hint("Right formula, but at p = 1e-12 it loses its digits: 1 - (1-p)^2 rounds "
+                        "to a multiple of 1e-16. numpy has functions that keep them.",
+                        "Use -expm1((N-1) * log1p(-p)).")
         return None
 
-    return _report("kappa", fn, run)
+    return _report("kappa", fn, run, answers)
 
 
-def check_centered_advantages(fn) -> Feedback:
+def check_centered_advantages(fn, answers: bool = False) -> Feedback:
     """fn(rewards) -> MaxRL's centered advantages (r - mean) / mean for one group (0 if no
     success)."""
 
@@ -102,26 +138,32 @@ def check_centered_advantages(fn) -> Feedback:
             want = (r - mean) / mean if mean > 0 else np.zeros_like(r)
             if _close(got, want):
                 continue
+            expected = f"For rewards {r.tolist()} expected {np.round(want, 4).tolist()}."
             if mean == 0 and not np.all(np.isfinite(got)):
-                return ("A group without any success has mean 0: return zeros there instead of "
-                        "dividing by it.")
+                return Hint("A group without any success has mean 0: return zeros there instead "
+                            "of dividing by it.")
             if mean > 0 and _close(got, r / mean):
-                return ("These are the uncentered advantages r / mean; subtract the mean first: "
-                        "(r - mean) / mean.")
-            if mean > 0 and r.std() > 0 and _close(got, (r - mean) / r.std()):
-                return "Dividing by the standard deviation is GRPO; MaxRL divides by the mean."
+                return Hint("These are the uncentered advantages: subtract the group's mean "
+                            "first.", expected)
+            std = r.std()
+            if mean > 0 and std > 0 and any(_close(got, (r - mean) / (s + eps), rtol=1e-5,
+                                                   atol=1e-5)
+                                            for s in (std, r.std(ddof=1)) for eps in (0, 1e-6,
+                                                                                      1e-8)):
+                return Hint("Dividing by the standard deviation is GRPO; MaxRL divides by "
+                            "another statistic of the group.", expected)
             if mean > 0 and _close(got, (r - mean) / r.size):
-                return "Divide by the group's mean reward, not by its size."
-            return f"For rewards {r.tolist()} expected {np.round(want, 4).tolist()}."
+                return Hint("Divide by the group's mean reward, not by its size.", expected)
+            return Hint(f"For rewards {r.tolist()} your advantages differ.", expected)
         return None
 
-    return _report("centered advantages", fn, run)
+    return _report("centered advantages", fn, run, answers)
 
 
 # ---------------------------------------------------------------------- exercise 2: waterline
 
 
-def check_two_prompt_waterline(fn) -> Feedback:
+def check_two_prompt_waterline(fn, answers: bool = False) -> Feedback:
     """fn(p1, p2, budget, n_min) -> continuous counts (n1, n2) summing to the budget, each at
     least n_min, with equal kappa when the bound does not bind."""
 
@@ -132,74 +174,86 @@ def check_two_prompt_waterline(fn) -> Feedback:
             want = waterline([p1, p2], budget, n_min).counts
             if _close(got, want, rtol=1e-6, atol=1e-6):
                 continue
+            expected = f"For p = ({p1}, {p2}), budget {budget}: expected {np.round(want, 4)}."
+            if got.shape != (2,):
+                return Hint("Return the two counts as one array of two numbers.")
             if abs(got.sum() - budget) > 1e-6:
-                return f"The two counts must add up to the budget ({budget}); yours add to " \
-                       f"{got.sum():.4g}."
+                return Hint(f"The two counts must add up to the budget ({budget}); yours add to "
+                            f"{got.sum():.4g}.")
             if got.min() < n_min - 1e-9:
-                return (f"One count fell below N_min = {n_min} (p = {p1}, {p2}, budget "
-                        f"{budget}): clip it at N_min and give the rest to the other prompt.")
+                return Hint(f"One count fell below N_min = {n_min} (p = {p1}, {p2}, budget "
+                            f"{budget}): what happens to the other prompt then?", expected)
             shares = 1 / np.array([p1, p2])
             if _close(got, 1 + (budget - 2) * shares / shares.sum(), rtol=1e-6):
-                return ("N - 1 is proportional to 1/h with h = -log(1-p), not to 1/p: equal "
-                        "kappa means (N1-1) h1 = (N2-1) h2.")
-            return f"For p = ({p1}, {p2}), budget {budget}: expected {np.round(want, 4)}."
+                return Hint("Your N - 1 is proportional to 1/p; equal kappa asks for another "
+                            "function of p (write kappa as an exponential).", expected)
+            return Hint(f"For p = ({p1}, {p2}), budget {budget}, N_min = {n_min} your counts "
+                        f"do not give the two prompts equal kappa.", expected)
         return None
 
-    return _report("two-prompt waterline", fn, run)
+    return _report("two-prompt waterline", fn, run, answers)
 
 
-def check_rounding(fn) -> Feedback:
+def check_rounding(fn, answers: bool = False) -> Feedback:
     """fn(continuous, budget) -> integer counts with the same sum, each the floor or the ceiling
-    of its continuous count. Prints how its minimum kappa compares with the exact max-min."""
+    of its continuous count. On passing it says how often its lowest kappa falls below the exact
+    integer max-min, beside the paper's rounding on the same batches."""
 
     def run(fn):
         rng = np.random.default_rng(0)
-        worse = 0
+        yours = paper = 0
         for _ in range(60):
             p = rng.uniform(0.02, 0.95, int(rng.integers(2, 6)))
             budget = int(rng.integers(2 * p.size + 1, 8 * p.size))
             continuous = waterline(p, budget, 2, 16).counts
             got = np.asarray(fn(continuous.copy(), budget))
             if got.shape != continuous.shape or not np.allclose(got, np.round(got)):
-                return "Return one whole number per prompt."
+                return Hint("Return one whole number per prompt.")
             if int(round(got.sum())) != budget:
-                return f"Your counts add to {int(round(got.sum()))}; the budget is {budget}."
+                return Hint(f"Your counts add to {int(round(got.sum()))}; the budget is "
+                            f"{budget}.")
             if np.any(got < np.floor(continuous - 1e-9)) or np.any(got > np.ceil(continuous +
                                                                                   1e-9)):
-                return "Each count should be its continuous count rounded down or up."
-            exact = allocate(p, budget, 2, 16, method="exact")
-            worse += _kappa(p, got).min() < exact.fidelity.min() - 1e-12
-        print(f"      your rounding's lowest kappa is below the exact max-min in {worse} of 60 "
-              f"batches (the paper's rule: about 5%).")
-        return None
+                return Hint("Each count should be its continuous count rounded down or up.")
+            best = allocate(p, budget, 2, 16, method="exact").fidelity.min() - 1e-12
+            yours += _kappa(p, got).min() < best
+            paper += allocate(p, budget, 2, 16, method="paper").fidelity.min() < best
+        return (f"Its lowest kappa is below the exact integer max-min in {yours} of 60 "
+                f"batches; the paper's rounding, on the same batches, in {paper}.")
 
-    return _report("rounding", fn, run)
+    return _report("rounding", fn, run, answers)
 
 
 # ---------------------------------------------------------------------- exercise 3: weights, Pass@K
 
 
-def check_multiplicity_weights(fn) -> Feedback:
+def check_multiplicity_weights(fn, answers: bool = False) -> Feedback:
     """fn(counts, n0) -> the per-response weight n0 / N_q, 0 where N_q = 0."""
 
     def run(fn):
         counts = np.array([2, 4, 8, 32, 0])
         got = np.asarray(fn(counts.copy(), 8), dtype=float)
         want = np.array([4.0, 2.0, 1.0, 0.25, 0.0])
+        expected = f"For counts {counts.tolist()} and n0 = 8 expected {want.tolist()}."
         if _close(got, want):
             return None
-        if _close(got[:4], counts[:4] / 8):
-            return "Upside down: a prompt with more rollouts gets a smaller weight, n0 / N_q."
-        if _close(got[:4], 1 / counts[:4]):
-            return "Multiply by n0: 1 / N_q makes the weights of the batch sum to B, not B n0."
+        if got.shape != want.shape:
+            return Hint("Return one weight per prompt.")
         if not np.all(np.isfinite(got)):
-            return "A prompt with no rollouts gets weight 0, not a division by zero."
-        return f"For counts {counts.tolist()} and n0 = 8 expected {want.tolist()}."
+            return Hint("A prompt with no rollouts gets weight 0, not a division by zero.")
+        if _close(got[:4], counts[:4] / 8):
+            return Hint("Upside down: a prompt with more rollouts gets a smaller weight.",
+                        expected)
+        if _close(got[:4], 1 / counts[:4]):
+            return Hint("Your weights make a prompt's responses sum to 1, not to what it "
+                        "carried under uniform counts (n0).", expected)
+        return Hint("Check a prompt's total weight, its count times its weight: it should be the "
+                    "same for every prompt that got rollouts.", expected)
 
-    return _report("multiplicity weights", fn, run)
+    return _report("multiplicity weights", fn, run, answers)
 
 
-def check_pass_at_k(fn) -> Feedback:
+def check_pass_at_k(fn, answers: bool = False) -> Feedback:
     """fn(n, c, k) -> the unbiased Pass@K from c correct among n samples."""
 
     def run(fn):
@@ -209,14 +263,15 @@ def check_pass_at_k(fn) -> Feedback:
             want = float(_pass_at_k(n, c, k))
             if abs(got - want) < 1e-9:
                 continue
+            expected = f"For n = {n}, c = {c}, K = {k} expected {want:.6f}."
             if abs(got - (1 - (1 - c / n) ** k)) < 1e-9:
-                return ("1 - (1 - c/n)^K draws with replacement: it is biased for K > 1. Use "
-                        "1 - C(n-c, K) / C(n, K), the chance that K samples drawn without "
-                        "replacement miss every correct one.")
-            return f"For n = {n}, c = {c}, K = {k} expected {want:.6f}, got {got:.6f}."
+                return Hint("1 - (1 - c/n)^K draws with replacement: it is biased for K > 1. "
+                            "Count the ways K samples drawn without replacement miss every "
+                            "correct one.", "Use 1 - C(n-c, K) / C(n, K).")
+            return Hint(f"For n = {n}, c = {c}, K = {k} your value {got:.6f} is off.", expected)
         return None
 
-    return _report("Pass@K", fn, run)
+    return _report("Pass@K", fn, run, answers)
 
 
 CHECKS = {"kappa": check_kappa, "centered_advantages": check_centered_advantages,
