@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM)/.installed
 SCALE := .venv-scale
 SCALE_STAMP := $(SCALE)/.installed
 
-.PHONY: gpu-check gpu-check-cpu gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site lint bench install clean clean-notebooks
+.PHONY: gpu-check gpu-check-cpu gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -32,6 +32,11 @@ figures: $(STAMP)
 # read back).
 site: figures
 	$(BIN)/python -m sera.notebooks --site
+
+# The course releases: build/course/student/ (exercises without solutions) and
+# build/course/instructor/ (solutions and worked answers), from the marked exercise notebooks.
+course: $(STAMP)
+	$(BIN)/python -m sera.release build/course
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

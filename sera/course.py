@@ -5,7 +5,7 @@ hint when something is off, never a traceback. Each returns a Feedback as well, 
 A stub that still raises NotImplementedError is reported as "not done yet"; a function that calls
 sera itself is not a solution. Hints say what is wrong, not what is right: the expected values
 and the formula are added only with answers=True (self-study; a graded class leaves it off).
-The reference solutions are the exercise notebooks' solution cells (python -m sera.course).
+The reference solutions are the exercise notebooks' solution cells (sera.release).
 """
 
 from __future__ import annotations
@@ -47,8 +47,7 @@ class Hint:
 def _calls_sera(fn) -> bool:
     """True when fn is sera's own function or its code reads the name sera (kappa = sera.kappa,
     lambda p, n: sera.kappa(p, n))."""
-    module = getattr(fn, "__module__", None) or ""
-    if module.split(".")[0] == "sera" and module != "sera.course_solutions":
+    if (getattr(fn, "__module__", None) or "").split(".")[0] == "sera":
         return True
     code = getattr(fn, "__code__", None)
     stack = [code] if code is not None else []

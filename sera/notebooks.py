@@ -102,8 +102,12 @@ def build_site(executed: Path | None = None, output: Path | None = None,
         body, _ = exporter.from_filename(str(run if run.exists() else path))
         pages.append(output / f"{path.stem}.html")
         pages[-1].write_text(body)
+    from sera.release import student_cell
+
     for path in sorted((source / "exercises").glob("[0-9][0-9]_*.ipynb")):
-        body, _ = exporter.from_filename(str(path))
+        nb = nbformat.read(path, as_version=4)  # as students get it: no solutions
+        nb.cells = [student_cell(cell) for cell in nb.cells]
+        body, _ = exporter.from_notebook_node(nb)
         pages.append(output / "exercises" / f"{path.stem}.html")
         pages[-1].write_text(body)
     for name, page in (("README.md", "index.html"), ("NOTATION.md", "NOTATION.html")):

@@ -4,13 +4,20 @@ message is printed once, and without answers=True no hint holds the expected val
 formula."""
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import sera
-from sera import course
-from sera import course_solutions as solutions
+from sera import course, release
+
+ROOT = Path(__file__).resolve().parents[1]
+EXERCISES = sorted((ROOT / "notebooks" / "exercises").glob("[0-9][0-9]_*.ipynb"))
+# The reference solutions are the exercise notebooks' solution cells.
+solutions = SimpleNamespace(**{k: v for path in EXERCISES
+                               for k, v in release.solutions(path).items()})
 
 
 def stub(*args):
@@ -19,8 +26,7 @@ def stub(*args):
 
 @pytest.mark.parametrize("name", sorted(course.CHECKS))
 def test_reference_solutions_pass_and_stubs_are_not_done(name, capsys):
-    reference = getattr(solutions, name)
-    feedback = course.CHECKS[name](lambda *args: reference(*args))
+    feedback = course.CHECKS[name](getattr(solutions, name))
     assert feedback.passed and feedback.done, feedback.message
     feedback = course.CHECKS[name](stub)
     assert not feedback.done and "not done yet" in feedback.message
@@ -39,7 +45,7 @@ def test_calling_sera_is_not_a_solution(name, package):
 def test_rounding_is_compared_with_the_papers_rule_on_the_same_batches():
     # On the check's 60 batches largest remainders falls below the exact max-min in 20, the
     # paper's rounding in 32 (both counted here, not quoted).
-    message = course.check_rounding(lambda c, m: solutions.rounding(c, m)).message
+    message = course.check_rounding(solutions.rounding).message
     assert "in 20 of 60 batches" in message and "on the same batches, in 32" in message
 
 
@@ -96,3 +102,36 @@ def test_a_feedback_is_shown_once_in_a_notebook():
     # The check prints; the returned Feedback ending a cell displays nothing more.
     assert course.Feedback(True, True, "x")._ipython_display_() is None
     assert not hasattr(course.Feedback, "_repr_markdown_")
+
+
+def test_the_student_release_holds_no_solution(tmp_path):
+    written = release.release(tmp_path)
+    student = "\n".join(path.read_text() for path in written["student"])
+    bodies = [body for path in EXERCISES for body in release.solution_bodies(path)]
+    assert len(bodies) >= 6
+    for body in bodies:
+        for line in body.splitlines():
+            # Every line of a solution that says anything (not a bare `return counts`).
+            if len(line.strip()) > 20:
+                assert line.strip() not in student, line
+    assert "course_solutions" not in student and "BEGIN SOLUTION" not in student
+    assert student.count("raise NotImplementedError") == len(course.CHECKS)
+    # The instructor release has every solution, the student one the same files otherwise.
+    instructor = "\n".join(path.read_text() for path in written["instructor"])
+    assert all(body.strip().splitlines()[-1].strip() in instructor for body in bodies)
+    assert [p.relative_to(tmp_path / "student") for p in written["student"]] == \
+        [p.relative_to(tmp_path / "instructor") for p in written["instructor"]]
+
+
+def test_released_cells_keep_what_is_not_a_solution():
+    import nbformat
+    code = nbformat.v4.new_code_cell("def f(x):\n    # doubles\n    ### BEGIN SOLUTION\n"
+                                     "    return 2 * x\n    ### END SOLUTION\n\n\ncheck(f)\n"
+                                     "### BEGIN HIDDEN TESTS\nassert f(1) == 2\n"
+                                     "### END HIDDEN TESTS")
+    assert release.student_cell(code).source == ("def f(x):\n    # doubles\n    raise "
+                                                 "NotImplementedError  # your code here\n\n\n"
+                                                 "check(f)")
+    text = nbformat.v4.new_markdown_cell("**Answer.**\n### BEGIN SOLUTION\nIt is 2.\n"
+                                         "### END SOLUTION")
+    assert release.student_cell(text).source == "**Answer.**\nYOUR ANSWER HERE"

@@ -197,18 +197,29 @@ def _printed(path) -> str:
 @pytest.mark.slow
 @pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
 def test_exercises_run_with_and_without_solutions(path, tmp_path):
-    checks = nbformat.read(path, as_version=4)
-    count = sum(cell.source.count("sera.course.check_") for cell in checks.cells[2:])
-    for solutions in (True, False):
-        out = tmp_path / str(solutions)
-        runner.run_notebook(path, "fast", figures=tmp_path / "figures", output=out,
-                            extra={"solutions": solutions})
+    # The source (the instructor's copy) passes every check; the student release, run as it is,
+    # says "not done yet" at each.
+    from sera import release
+
+    student = tmp_path / "student" / path.name
+    student.parent.mkdir()
+    nb = nbformat.read(path, as_version=4)
+    count = sum(cell.source.count("sera.course.check_") for cell in nb.cells[2:])
+    nb.cells = [release.student_cell(cell) for cell in nb.cells]
+    nbformat.write(nb, student)
+    for source, solved in ((path, True), (student, False)):
+        out = tmp_path / str(solved)
+        runner.run_notebook(source, "fast", figures=tmp_path / "figures", output=out)
         printed = _printed(out / path.name)
-        if solutions:
+        if solved:
             assert printed.count("PASS ") == count and "not yet" not in printed, printed
         else:
             assert printed.count("not done yet") == count, printed
         assert "Traceback" not in printed
+        # Each check's message is shown once: no display output repeats it.
+        executed = nbformat.read(out / path.name, as_version=4)
+        assert not any(o.output_type in ("display_data", "execute_result")
+                       for c in executed.cells if c.cell_type == "code" for o in c.outputs)
 
 
 def test_site_renders_every_notebook_and_links_them(tmp_path):
@@ -220,3 +231,6 @@ def test_site_renders_every_notebook_and_links_them(tmp_path):
     for path in NOTEBOOKS:
         assert f'href="{path.stem}.html"' in index
     assert "need a live kernel" in index
+    for path in EXERCISES:  # the exercises as students get them
+        page = (tmp_path / "site" / "exercises" / f"{path.stem}.html").read_text()
+        assert "BEGIN SOLUTION" not in page and "NotImplementedError" in page

@@ -1,0 +1,105 @@
+"""The course releases from one source (`make course`): a student release without solutions and
+an instructor release with them, nbgrader-style.
+
+    python -m sera.release build/course
+
+The exercise notebooks (notebooks/exercises/) mark what only the instructor sees, the way nbgrader
+does: in a code cell, the lines between `### BEGIN SOLUTION` and `### END SOLUTION` become
+`raise NotImplementedError` in the student copy, and the lines between `### BEGIN HIDDEN TESTS`
+and `### END HIDDEN TESTS` go; a markdown cell's worked answer between the same solution markers
+becomes "YOUR ANSWER HERE". build/course/student/ gets the released exercises, the study
+notebooks 01-08 (without outputs), the guide and the notation page; build/course/instructor/ the
+same with solutions and worked answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+
+from sera.notebooks import notebooks, strip
+
+ROOT = Path.cwd()
+_SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*\n?",
+                       re.M | re.S)
+_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
+                     re.M | re.S)
+MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS",
+           "### END HIDDEN TESTS")
+
+
+def student_cell(cell):
+    """A cell as the student gets it (a copy): solutions and hidden tests removed."""
+    cell = nbformat.from_dict(dict(cell))
+    if cell.cell_type == "code":
+        cell.source = _SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError  # your "
+                                              f"code here\n", cell.source)
+        cell.source = _HIDDEN.sub("", cell.source).rstrip("\n")
+    elif cell.cell_type == "markdown":
+        cell.source = _SOLUTION.sub("YOUR ANSWER HERE\n", cell.source).rstrip("\n")
+    return cell
+
+
+def solution_bodies(path: Path) -> list[str]:
+    """The text between each pair of solution markers in a notebook (what a student must not
+    see), for the tests."""
+    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells) + "\n"
+    bodies = [m.group(0) for m in _SOLUTION.finditer(text)] + \
+             [m.group(0) for m in _HIDDEN.finditer(text)]
+    return ["\n".join(line for line in body.splitlines()[1:-1]) for body in bodies]
+
+
+def solutions(path: Path) -> dict:
+    """The reference solutions: the exercise notebook's solution cells run in a fresh namespace
+    (names -> functions), for the tests."""
+    namespace: dict = {"__name__": "solutions"}
+    exec("import math\nimport numpy as np", namespace)  # noqa: S102 - the course's own source
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
+            exec(cell.source, namespace)  # noqa: S102
+    return {k: v for k, v in namespace.items() if getattr(v, "__module__", "") == "solutions"}
+
+
+def release(output: Path, source: Path | None = None) -> dict[str, list[Path]]:
+    """Write output/student/ and output/instructor/; return the files of each."""
+    source = source or ROOT / "notebooks"
+    written: dict[str, list[Path]] = {}
+    for kind in ("student", "instructor"):
+        target = output / kind
+        if target.exists():
+            shutil.rmtree(target)
+        (target / "exercises").mkdir(parents=True)
+        files = []
+        for path in [*notebooks(source), *notebooks(source / "exercises")]:
+            nb = nbformat.read(path, as_version=4)
+            if kind == "student":
+                nb.cells = [student_cell(cell) for cell in nb.cells]
+            dest = target / path.relative_to(source)
+            nbformat.write(nb, dest)
+            strip(dest)
+            files.append(dest)
+        for name in ("README.md", "NOTATION.md"):
+            shutil.copy(source / name, target / name)
+            files.append(target / name)
+        written[kind] = files
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output", type=Path, nargs="?", default=ROOT / "build" / "course")
+    args = parser.parse_args(argv)
+    written = release(args.output)
+    for kind, files in written.items():
+        print(f"{kind}: {len(files)} files in {(args.output / kind).resolve()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
