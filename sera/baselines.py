@@ -1,11 +1,14 @@
-"""One-shot rollout allocators SERA is compared with, on the same budget and bounds.
+"""One-shot rollout allocators SERA is compared with, as one table of rules.
 
-Each rule maps success estimates p to integer counts with sum M and n_min <= N_q <= n_max, like
-SERA's waterline; sera.allocate(method=...) dispatches here. Rules and sources are in
-shared/ALLOCATORS.md; notebooks/06_allocators_compared.ipynb draws them on one batch.
+Each rule is a function (p, budget, n_min, n_max, n0) -> integer counts with sum M = budget and
+n_min <= N_q <= n_max, like SERA's waterline; `RULES` maps its name to it and
+sera.allocate(method=NAME) reads the table, so a new one-shot allocator is one function and one
+entry. Rules and sources are in shared/ALLOCATORS.md; notebooks/06_allocators_compared.ipynb
+draws them on one batch.
 
-- `knapsack` (Knapsack RL): maximise sum_q U(p_q, N_q) p_q (1-p_q)^2; the value is concave in N,
-  so taking the largest marginal gains is the exact integer optimum.
+- `knapsack` (Knapsack RL, as its `sampling_budget_by_knapsack` allocates with its defaults):
+  n_min each, a dynamic programme over the extra rollouts of the prompts with 0 < p < 1, and a
+  cost rule that hands the budget the programme is not expected to need to the p = 0 prompts.
 - `gvm` (GVM-RAFT, gradient norms taken as 1): N_q proportional to 1 / sqrt(p_q + 0.001 / p_q).
 - `dars-hw`, `dars-et` (DARS, budget-matched from history): N_q proportional to the total the
   pilot-based rule would give, max(1, 1/(2p)) (hardest-weighted) or max(1, 1/(4p(1-p)))
@@ -15,35 +18,107 @@ shared/ALLOCATORS.md; notebooks/06_allocators_compared.ipynb draws them on one b
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
+from sera.counts import from_counts
 
-def knapsack(p: np.ndarray, budget: int, lo: int, hi: int) -> np.ndarray:
-    """Knapsack RL's value sum U(p, N) p (1-p)^2, maximised over integer counts.
+KNAPSACK_ALPHA = 0.9
+"""Knapsack RL's confidence level in its cost rule: cost = log(1 - alpha) / log(max(p, 1 - p))."""
 
-    The gain of raising N to N+1 is p (1-p)^2 [p^N (1-p) + (1-p)^N p], which falls with N: the
-    optimum takes the R = budget - B lo largest gains (ties: fewer rollouts, then lower index).
-    Prompts with p in {0, 1} have no value; rollouts that no other prompt can take go evenly to
-    the p = 0 prompts, or to all of them when there is none.
+
+def knapsack(p, budget: int, n_min: int, n_max: int, n0: float) -> np.ndarray:
+    """Knapsack RL's counts, as its `sampling_budget_by_knapsack` gives them with its defaults
+    (min_n = n_min, max_n = n_max, negative_n = positive_n = n_min, fallback on, probability
+    costs with alpha 0.9), from success rates p.
+
+    Every prompt starts at n_min. Without a prompt of 0 < p < 1, the rest goes evenly to the
+    p = 0 prompts (all prompts get budget / B when there is none). Otherwise each such prompt q
+    has the cost floor(min(n_max, log(0.1) / log(max(p_q, 1 - p_q)))), the rollouts its authors
+    expect it to need; when the rest R exceeds the summed cost C, R - C goes evenly to the p = 0
+    prompts (else to the p = 1 prompts) and C to the programme. The programme gives each prompt
+    0 to n_max - n_min extra rollouts, maximising the sum of its values, where k >= 1 extra are
+    worth U(p, n_min + k) p (1-p)^2 and no extra is worth 0 (the original's scoring, which pushes
+    at least one extra to every prompt it can); ties keep fewer extra rollouts, as its update
+    order does. Rates are float32, as in the original. Two deviations keep the bounds and the
+    budget where the original would break them: a share that would pass n_max is capped and
+    its overflow spread over the prompts with room, and a batch of prompts that all have
+    0 < p < 1 gets the whole rest in the programme (the original divides by zero there).
     """
-    counts = np.full(p.size, lo, dtype=np.int64)
-    extra = budget - p.size * lo
+    p = np.asarray(p, dtype=float)
+    counts = np.full(p.size, n_min, dtype=np.int64)
+    rest = budget - int(counts.sum())
     items = np.flatnonzero((p > 0) & (p < 1))
-    if extra == 0 or hi == lo:
+    zeros = np.flatnonzero(p == 0)
+    if rest <= 0:
         return counts
-    m = np.arange(lo, hi, dtype=float)  # raising from m to m + 1
-    q = p[items, None]
-    with np.errstate(under="ignore"):  # powers as exps of logs: numpy's exp is vectorised
-        gains = np.exp(m * np.log(q)) * (1 - q) + np.exp(m * np.log1p(-q)) * q
-        gains *= q * (1 - q) ** 2
-    take = min(extra, gains.size)
-    if take:
-        counts[items] += largest_gains(gains, take)
-        extra -= take
-    if extra:
-        rest = np.flatnonzero(p == 0)
-        rest = rest if rest.size else np.flatnonzero((p <= 0) | (p >= 1))
-        counts[rest] += _even_split(extra, rest.size, hi - lo)
+    if items.size == 0:
+        if zeros.size:
+            counts[zeros] += _even_split(rest, zeros.size)
+        else:
+            counts = np.full(p.size, budget // p.size, dtype=np.int64)
+            counts[: budget % p.size] += 1
+        return _capped(counts, n_max)
+    rates = p[items].astype(np.float32)
+    # p within 1e-16 of 0 or 1 makes the log 0 (the original raises there): its cost is infinite
+    log_top = np.log(np.maximum(p[items], 1 - p[items]))
+    cost = np.divide(np.log(1 - KNAPSACK_ALPHA), log_top, out=np.full(items.size, np.inf),
+                     where=log_top < 0).astype(np.float32)
+    expected = int(np.floor(np.minimum(float(n_max), cost)).sum())
+    others = zeros if zeros.size else np.setdiff1d(np.arange(p.size), items)
+    if expected < rest and others.size:
+        counts[others] += _even_split(rest - expected, others.size)
+        rest = expected
+    extra, left = _knapsack_programme(rates, rest, n_min, n_max - n_min)
+    counts[items] += extra
+    if left:  # more than the programme can place: evenly over its prompts, as the original
+        counts[items] += _even_split(left, items.size)
+    return _capped(counts, n_max)
+
+
+def _knapsack_programme(rates: np.ndarray, budget: int, n_min: int, room: int):
+    """(extra rollouts per prompt, budget left over) of Knapsack RL's programme: the prompts in
+    order, each taking k = 0..room extra at value U(p, n_min + k) p (1-p)^2 (0 for k = 0), the
+    largest total for every exact budget, the first of equal totals kept (fewer extra)."""
+    usable = min(budget, rates.size * room)
+    extra = np.zeros(rates.size, dtype=np.int64)
+    if usable <= 0:
+        return extra, budget
+    k = np.arange(1, room + 1)
+    n = (k + n_min).astype(np.float32)
+    best = np.full(usable + 1, -np.inf)
+    best[0] = 0.0
+    choices = np.zeros((rates.size, usable + 1), dtype=np.int64)
+    width = np.arange(usable + 1)
+    for i, rate in enumerate(rates):
+        one = np.float32(1)
+        value = (one - rate ** n - (one - rate) ** n) * rate * ((one - rate) ** np.float32(2))
+        options = np.full((room + 1, usable + 1), -np.inf)
+        options[0] = best
+        for j in range(1, min(room, usable) + 1):  # j extra: the best total of w - j before
+            options[j, j:] = best[: usable + 1 - j] + np.float64(value[j - 1])
+        choices[i] = np.argmax(options, axis=0)  # the first of equal totals: fewer extra
+        best = options[choices[i], width]
+    w = usable
+    for i in range(rates.size - 1, -1, -1):
+        extra[i] = choices[i, w]
+        w -= extra[i]
+    return extra, budget - usable
+
+
+def _capped(counts: np.ndarray, n_max: int) -> np.ndarray:
+    """counts with every count above n_max cut to it and the overflow spread evenly over the
+    prompts below it (in index order); unchanged where none passes n_max."""
+    overflow = int(np.maximum(counts - n_max, 0).sum())
+    if not overflow:
+        return counts
+    counts = np.minimum(counts, n_max)
+    while overflow:
+        room = np.flatnonzero(counts < n_max)
+        share = np.minimum(_even_split(overflow, room.size), n_max - counts[room])
+        counts[room] += share
+        overflow -= int(share.sum())
     return counts
 
 
@@ -80,8 +155,6 @@ class CeroAllocator:
         self.scale = float(scale)
 
     def plan(self, ids, a, b, budget: int, lo: int, hi: int, n0: float):
-        from sera.allocation import from_counts
-
         ids = np.asarray(ids)
         value = a * b / ((a + b) * (a + b + 1))
         m = np.arange(lo, hi, dtype=float)
@@ -92,12 +165,10 @@ class CeroAllocator:
         return from_counts(a / (a + b), counts, n0, "cero")
 
 
-def _even_split(extra: int, size: int, room: int) -> np.ndarray:
+def _even_split(extra: int, size: int) -> np.ndarray:
     """extra rollouts over size prompts as evenly as possible (the first get one more)."""
     share = np.full(size, extra // size, dtype=np.int64)
     share[: extra % size] += 1
-    if share.max(initial=0) > room:
-        raise ValueError("the budget does not fit the bounds")  # excluded by allocate's checks
     return share
 
 
@@ -176,3 +247,23 @@ def dars_weights(p: np.ndarray, n0: float, schedule: str) -> np.ndarray:
     with np.errstate(divide="ignore"):  # a = 1 gives inf, replaced by 1 below
         extra = 1.0 / (2.0 * a) if schedule == "hw" else 1.0 / (4.0 * a * (1.0 - a))
     return np.where(a >= 0.5, 1.0, np.maximum(1.0, extra))
+
+
+def gvm(p, budget: int, n_min: int, n_max: int, n0: float) -> np.ndarray:
+    """GVM-RAFT's counts: proportional to gvm_weights within the bounds."""
+    return proportional(gvm_weights(np.asarray(p, dtype=float)), budget, n_min, n_max)[0]
+
+
+def dars(p, budget: int, n_min: int, n_max: int, n0: float, schedule: str) -> np.ndarray:
+    """DARS's totals matched to the budget: proportional to dars_weights within the bounds."""
+    weights = dars_weights(np.asarray(p, dtype=float), n0, schedule)
+    return proportional(weights, budget, n_min, n_max)[0]
+
+
+RULES = {
+    "knapsack": knapsack,
+    "gvm": gvm,
+    "dars-hw": partial(dars, schedule="hw"),
+    "dars-et": partial(dars, schedule="et"),
+}
+"""The one-shot rules SERA is compared with: name -> (p, budget, n_min, n_max, n0) -> counts."""

@@ -18,7 +18,6 @@ wide = st.one_of(st.floats(-17, -1).map(lambda e: 10.0**e),
 
 
 @pytest.mark.parametrize("method, expected", [
-    ("knapsack", [2, 8, 16, 13, 9, 7, 7, 2]),
     ("gvm", [13, 13, 11, 8, 6, 5, 4, 4]),
 ])
 def test_the_reference_batch(method, expected):
@@ -38,42 +37,128 @@ def test_every_rule_meets_budget_and_bounds(p, n_min, width, method, data):
     np.testing.assert_allclose(result.counts * result.weights, budget / p.size)
 
 
-def _mixed_value(p, n):
-    """Knapsack RL's value of n rollouts: U(p, n) p (1-p)^2 (0 at p = 0 and p = 1)."""
-    return sera.mixed_probability(p, n) * p * (1 - p) ** 2
+def _original_knapsack(rates, n, min_n, max_n, alpha=0.9):
+    """Knapsack RL's sampling_budget_by_knapsack with its defaults, worked out from its rule in
+    plain loops (every rate valid, budget B * n): n_min each; without 0 < p < 1, the rest evenly
+    to the p = 0 prompts (or n each); else the cost rule's surplus evenly to the p = 0 prompts
+    (else to the others), and a dynamic programme over extra rollouts (value 0 for none, float32
+    values, the first of equal totals kept) with what it cannot place spread evenly."""
+    b = len(rates)
+    counts = [min_n] * b
+    rest = b * n - min_n * b
+    items = [i for i in range(b) if 0 < rates[i] < 1]
+    zeros = [i for i in range(b) if rates[i] == 0]
+
+    def spread(amount, where):
+        for j, i in enumerate(where):
+            counts[i] += amount // len(where) + (1 if j < amount % len(where) else 0)
+
+    if not items:
+        if zeros:
+            spread(rest, zeros)
+        else:
+            counts = [n] * b
+        return counts
+    cost = sum(int(min(max_n, np.float32(np.log(1 - alpha) / np.log(max(rates[i], 1 - rates[i])))))
+               for i in items)
+    others = zeros or [i for i in range(b) if i not in items]
+    if cost < rest:
+        if not others:
+            raise ZeroDivisionError("the original divides the surplus by zero prompts")
+        spread(rest - cost, others)
+        rest = cost
+    room = max_n - min_n
+    reach = [0.0] + [None] * rest  # best total of the items so far for each exact budget
+    picks = []
+    for i in items:
+        r = np.float32(rates[i])
+        gains = [0.0] + [float((1 - r ** (k + min_n) - (1 - r) ** (k + min_n)) * r * (1 - r) ** 2)
+                         for k in range(1, room + 1)]
+        new, pick = [None] * (rest + 1), [0] * (rest + 1)
+        for w in range(rest + 1):
+            for k in range(0, min(room, w) + 1):  # fewer extra first: ties keep them
+                if reach[w - k] is None:
+                    continue
+                if new[w] is None or reach[w - k] + gains[k] > new[w]:
+                    new[w], pick[w] = reach[w - k] + gains[k], k
+        reach = new
+        picks.append(pick)
+    usable = max(w for w in range(rest + 1) if reach[w] is not None)
+    w = usable
+    for i, pick in zip(reversed(items), reversed(picks), strict=True):
+        counts[i] += pick[w]
+        w -= pick[w]
+    spread(rest - usable, items)
+    return counts
 
 
-def _knapsack_brute_force(p, budget, lo, hi):
-    best = -1.0
-    for counts in itertools.product(range(lo, hi + 1), repeat=p.size):
-        if sum(counts) == budget:
-            best = max(best, float(_mixed_value(p, np.array(counts)).sum()))
-    return best
+def test_knapsack_matches_the_worked_example_of_its_authors_rule():
+    # rates (0, 0, 0, 0, 0, .125, .25, 0), n0 = 8, max_n = 16 x 8: costs 17 and 8, so 48 - 25 =
+    # 23 rollouts go to the six p = 0 prompts (4, 4, 4, 4, 4, 3) and 25 to the programme
+    # (15 and 10 extra).
+    counts = sera.allocate([0, 0, 0, 0, 0, 0.125, 0.25, 0], 64, 2, 128, method="knapsack").counts
+    np.testing.assert_array_equal(counts, [6, 6, 6, 6, 6, 17, 12, 5])
 
 
-def test_knapsack_is_the_exact_integer_optimum():
+def test_knapsack_reproduces_its_authors_rule_on_rates_of_sixteen_rollouts():
     rng = np.random.default_rng(0)
+    matched = capped = failed = 0
     for _ in range(150):
-        b = int(rng.integers(1, 5))
-        p = rng.uniform(0, 1, b)
-        hi = int(rng.integers(2, 9))
-        budget = int(rng.integers(2 * b, hi * b + 1))
-        counts = baselines.knapsack(p, budget, 2, hi)
-        value = float(_mixed_value(p, counts).sum())
-        assert value == pytest.approx(_knapsack_brute_force(p, budget, 2, hi), rel=1e-12)
+        b = int(rng.integers(2, 11))
+        n0 = int(rng.choice([4, 8]))
+        rates = rng.integers(0, 17, b) / 16
+        ours = sera.allocate(rates, b * n0, 2, 16 * n0, method="knapsack").counts
+        try:
+            original = np.array(_original_knapsack(list(rates), n0, 2, 16 * n0))
+        except ZeroDivisionError:  # every prompt has 0 < p < 1 and the costs leave a surplus
+            failed += 1
+            assert ours.sum() == b * n0 and ours.min() >= 2 and ours.max() <= 16 * n0
+            continue
+        if original.max() <= 16 * n0:
+            np.testing.assert_array_equal(ours, original, err_msg=str(rates))
+            matched += 1
+        else:  # the original passes max_n here; sera keeps the bound and the budget
+            capped += 1
+            assert ours.max() <= 16 * n0 and ours.sum() == b * n0
+    print(f"knapsack: {matched} of {matched + capped + failed} batches equal the original; "
+          f"{capped} where it passes max_n, {failed} where it divides by zero")
+    assert matched + capped + failed == 150 and matched >= 100
 
 
-def test_knapsack_keeps_sure_and_hopeless_prompts_at_the_minimum_until_items_are_full():
-    counts = sera.allocate([0.0, 0.5, 1.0], 12, 2, 6, method="knapsack").counts
-    assert counts[1] == 6 and counts[0] + counts[2] == 6
-    assert counts[0] == 4 and counts[2] == 2  # left-over rollouts go to the p = 0 prompt
+def test_knapsack_never_raises_in_range_and_keeps_the_bounds():
+    counts = sera.allocate([0, 1, 1, 1], 32, n_max=16, method="knapsack").counts
+    assert counts.sum() == 32 and counts.max() <= 16 and counts[0] == 16
+
+
+def test_knapsack_programme_is_the_best_total_of_its_scoring():
+    # brute force over every split of the usable budget, with the original's values (0 for no
+    # extra rollouts): the programme's total is the maximum
+    rng = np.random.default_rng(1)
+    for _ in range(60):
+        b, room = int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        rates = rng.integers(1, 16, b).astype(np.float32) / np.float32(16)
+        budget = int(rng.integers(0, b * room + 1))
+        extra, left = baselines._knapsack_programme(rates, budget, 2, room)
+        assert left == 0 and extra.sum() == budget
+
+        best = max(_scored(rates, s) for s in itertools.product(range(room + 1), repeat=b)
+                   if sum(s) == budget)
+        assert _scored(rates, extra) == pytest.approx(best, rel=1e-6)
+
+
+def _scored(rates, split):
+    """The original programme's total: 0 for no extra, U(p, 2 + k) p (1-p)^2 for k >= 1."""
+    return sum(0.0 if k == 0 else float((1 - r ** (k + 2) - (1 - r) ** (k + 2)) * r * (1 - r) ** 2)
+               for r, k in zip(rates, split, strict=True))
 
 
 def test_proportional_rules_follow_their_weights():
     p = np.array([0.01, 0.1, 0.3, 0.6])
-    result = sera.allocate(p, 400, 2, 1000, method="dars-hw")
-    np.testing.assert_allclose(result.continuous / result.continuous[-1],
-                               [50, 5, 1 / 0.6, 1], rtol=1e-9)
+    counts, continuous = baselines.proportional(baselines.dars_weights(p, 100, "hw"), 400, 2,
+                                                1000)
+    np.testing.assert_allclose(continuous / continuous[-1], [50, 5, 1 / 0.6, 1], rtol=1e-9)
+    np.testing.assert_array_equal(sera.allocate(p, 400, 2, 1000, method="dars-hw").counts,
+                                  counts)
     et = baselines.dars_weights(np.array([0.0, 0.25, 0.5, 0.9]), n0=8, schedule="et")
     np.testing.assert_allclose(et, [1 / (4 * (0.5 / 8) * (1 - 0.5 / 8)), 4 / 3, 1, 1])
     np.testing.assert_allclose(baselines.gvm_weights(np.array([0.0, 0.5])),

@@ -1,0 +1,108 @@
+"""The result of every allocator: integer counts of a rollout budget and the weights they imply.
+
+Below every allocator (sera.allocation, sera.baselines, the trainers' protocols), so that none
+of them imports another to build its result.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sera.fidelity import kappa
+
+WATERLINE = ("paper", "exact")
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """An integer allocation of a fixed rollout budget over a batch of prompts.
+
+    Attributes:
+        p: the success probabilities (or estimates) the allocation was computed from.
+        counts: rollouts per prompt (int64), 0 for prompts that were not retained.
+        weights: per-response weight n0 / N_q of each prompt, 0 where not retained, so that every
+            retained prompt carries the same total weight n0 in a response-mean loss.
+        retained: which prompts receive rollouts.
+        level: common fidelity 1 - exp(-lam) of the continuous solution over the retained prompts
+            (for method "uniform": the smallest fidelity in the batch).
+        lam: the water level of the continuous solution (nan for "uniform").
+        continuous: the continuous waterline counts (0 where not retained).
+        fallback: True when the safeguard found no prefix meeting u_min and kept the top
+            capacity-minimal set, or when a batch fell back to uniform counts.
+        method: what set the counts: "paper" or "exact" (the waterline and its rounding),
+            "uniform", a rule of sera.baselines ("knapsack", "gvm", "dars-hw", "dars-et",
+            "cero"), or a protocol that samples in rounds ("dynamic", "two-stage",
+            "probe-commit").
+        n0: the reference count in the weights.
+    """
+
+    p: np.ndarray
+    counts: np.ndarray
+    weights: np.ndarray
+    retained: np.ndarray
+    level: float
+    lam: float
+    continuous: np.ndarray
+    fallback: bool
+    method: str
+    n0: float
+
+    @property
+    def budget(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def allocated(self) -> bool:
+        """Whether the counts came from the estimates (False: uniform counts, including a batch
+        that fell back to them because some prompt had no estimate yet)."""
+        return self.method != "uniform"
+
+    @property
+    def fidelity(self) -> np.ndarray:
+        """kappa(p_q, N_q) per prompt (0 where not retained)."""
+        out = np.zeros_like(self.p)
+        kept = self.retained
+        out[kept] = kappa(self.p[kept], self.counts[kept])
+        return out
+
+    def to_frame(self):
+        """One row per prompt: p, counts, weights, retained, fidelity (a pandas DataFrame)."""
+        import pandas as pd
+
+        return pd.DataFrame({"p": self.p, "counts": self.counts, "continuous": self.continuous,
+                             "weights": self.weights, "retained": self.retained,
+                             "fidelity": self.fidelity})
+
+
+def assemble(p, kept, counts_kept, continuous_kept, lam, fallback, method, n0) -> Allocation:
+    """Scatter the retained prompts' counts back into the batch (kept=None: all, in order)."""
+    if kept is None:
+        kept = slice(None)
+        counts, continuous = counts_kept, continuous_kept
+    else:
+        counts = np.zeros(p.size, dtype=np.int64)
+        continuous = np.zeros(p.size)
+        counts[kept] = counts_kept
+        continuous[kept] = continuous_kept
+    retained = counts > 0
+    if isinstance(kept, slice):
+        weights = np.divide(n0, counts)
+    else:
+        weights = np.divide(n0, counts, out=np.zeros(p.size), where=retained)
+    if method in WATERLINE:
+        level = -math.expm1(-lam)
+    else:  # no water level: the smallest fidelity in the batch
+        level = float(kappa(p[kept], counts_kept).min(initial=np.inf)) if counts.size else math.nan
+    return Allocation(p=p, counts=counts, weights=weights, retained=retained, level=level,
+                      lam=float(lam), continuous=continuous, fallback=fallback, method=method,
+                      n0=float(n0))
+
+
+def from_counts(p, counts, n0: float, method: str) -> Allocation:
+    """The Allocation of given counts (for allocators that keep state across steps)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    return assemble(np.asarray(p, dtype=float), None, counts, counts.astype(float), math.nan,
+                   False, method, n0)
