@@ -121,9 +121,10 @@ def test_strip_removes_what_jupyter_saves(tmp_path):
     path = tmp_path / "n.ipynb"
     nb = nbformat.read(NOTEBOOKS[0], as_version=4)
     nb.metadata["widgets"] = {"state": {}}
-    nb.cells[3].outputs = [nbformat.v4.new_output("stream", text="hello")]
-    nb.cells[3].execution_count = 4
-    nb.cells[3].metadata["collapsed"] = True
+    code = next(cell for cell in nb.cells[3:] if cell.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("stream", text="hello")]
+    code.execution_count = 4
+    code.metadata["collapsed"] = True
     nbformat.write(nb, path)
     assert runner.strip(path) and not runner.strip(path)
     assert path.read_text() == NOTEBOOKS[0].read_text()
@@ -234,3 +235,27 @@ def test_site_renders_every_notebook_and_links_them(tmp_path):
     for path in EXERCISES:  # the exercises as students get them
         page = (tmp_path / "site" / "exercises" / f"{path.stem}.html").read_text()
         assert "BEGIN SOLUTION" not in page and "NotImplementedError" in page
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_has_objectives_a_summary_and_review_questions(path):
+    cells = nbformat.read(path, as_version=4).cells
+    assert cells[3].cell_type == "markdown" and cells[3].source.startswith("## Learning objectives")
+    assert "## Summary" in cells[-1].source and "## Review questions" in cells[-1].source
+
+
+def test_no_exercise_comes_before_its_material():
+    # Each exercise sits in the guide's row of a notebook at or after the one that introduces
+    # what it uses; exercises 3 need the multiplicity weights and Pass@K, introduced in 04.
+    rows = [line for line in (ROOT / "notebooks" / "README.md").read_text().splitlines()
+            if line.startswith("| ") and ".ipynb" in line]
+    needs = {"01_kappa": ("κ(p, N)",), "02_waterline": ("water level",),
+             "03_weights": ("multiplicity weights", "Pass@K")}
+    for exercise, words in needs.items():
+        row = next(i for i, line in enumerate(rows) if f"exercises/{exercise}" in line)
+        first = min(i for i, path in enumerate(NOTEBOOKS) if all(
+            w in "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
+                           if c.cell_type == "markdown" and not c.source.startswith(
+                               ("## Learning objectives", "## Summary")))
+            for w in words))
+        assert row >= first, f"exercises {exercise} in row {row + 1}, before {NOTEBOOKS[first]}"
