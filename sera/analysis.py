@@ -75,7 +75,7 @@ def budget_concentration(p_low, others, budget: int, n_min: int = 2,
 
 def _normalized_estimates(p, counts, draws, rng):
     """Draws x prompts of the centered MaxRL estimate divided by grad log p, for a Bernoulli
-    policy with logit theta: with K successes among N it is (N - K) / (N (1 - p)) if K >= 1,
+    policy with logit theta: with c successes among N it is (N - c) / (N (1 - p)) if c >= 1,
     else 0, so its mean is kappa(p, N). Also returns which groups carried no signal."""
     successes = rng.binomial(counts[None, :], p[None, :], size=(draws, p.size))
     zero_signal = (successes == 0) | (successes == counts[None, :])

@@ -131,9 +131,10 @@ def rloo_advantages(rewards, groups=None, *, sizes=None):
 
 
 def rl2ml_advantages(rewards, groups=None, alpha: float = 1.0, *, sizes=None):
-    """RL2ML's alpha family over binary rewards: A_i = (N/K)^alpha (r_i - K/N), 0 when the group's
-    K successes are 0 or N. alpha = 0 is r - mean (Dr. GRPO up to (N-1)/N), alpha = 1 is centered
-    MaxRL exactly; the per-prompt estimator (1/N) sum_i A_i grad log pi(y_i) has expectation
+    """RL2ML's alpha family over binary rewards: A_i = (N/c)^alpha (r_i - c/N), 0 when the group's
+    c successes are 0 or N (c, not K: K is Pass@K's sample count, notebooks/NOTATION.md).
+    alpha = 0 is r - mean (Dr. GRPO up to (N-1)/N), alpha = 1 is centered MaxRL exactly; the
+    per-prompt estimator (1/N) sum_i A_i grad log pi(y_i) has expectation
     rl2ml_weight(p, N, alpha) grad p. From the RL2ML abstract (arXiv 2605.30154): a
     reconstruction, see shared/ALLOCATORS.md; compared in notebooks/06_allocators_compared.ipynb.
     """
@@ -148,7 +149,7 @@ def rl2ml_advantages(rewards, groups=None, alpha: float = 1.0, *, sizes=None):
 
 
 def _rl2ml_increments(n: int, alpha: float) -> np.ndarray:
-    """a(1, j+1) - a(0, j) for j = 0..n-1, with a(r, K) = (n/K)^alpha (r - K/n) for 0 < K < n."""
+    """a(1, j+1) - a(0, j) for j = 0..n-1, with a(r, c) = (n/c)^alpha (r - c/n) for 0 < c < n."""
     j = np.arange(n, dtype=float)
     k_up = j + 1
     success = np.where(k_up < n, (n / k_up) ** alpha * (1 - k_up / n), 0.0)
