@@ -37,3 +37,41 @@ def test_the_readme_has_snippets_and_each_framework_one_is_run_elsewhere():
 def test_readme_python_snippet_runs_as_written(snippet, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exec(compile(snippet, "README.md", "exec"), {"__name__": "readme"})
+
+
+# The README's first shell blocks (the ten-minute path and the two commands) hold only these
+# commands: the suite's own runs build .venv through `make install` (make test, make figures), and
+# `make course` is run below. The later blocks are run by the trainers' and plug-ins' tests.
+RUN_BY_THE_PROJECT = {"make install", "make course", "make figures", "make test"}
+
+
+def test_readme_quick_start_commands_are_ones_the_project_runs():
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[:2]
+    commands = {line.split("#")[0].strip() for block in blocks for line in block.splitlines()}
+    assert "make install" in commands and "make course" in commands
+    assert commands - {""} <= RUN_BY_THE_PROJECT, commands - RUN_BY_THE_PROJECT
+
+
+def test_make_course_writes_both_releases(tmp_path):
+    from sera import release
+
+    makefile = (ROOT / "Makefile").read_text()
+    assert "course: $(STAMP)\n\t$(BIN)/python -m sera.release build/course\n" in makefile
+    assert release.main([str(tmp_path)]) == 0
+    assert (tmp_path / "student" / "exercises" / "01_kappa_and_advantages.ipynb").exists()
+    assert (tmp_path / "instructor" / "exercises" / "01_kappa_and_advantages.ipynb").exists()
+
+
+def test_readme_cpu_torch_command_resolves_the_cpu_build():
+    # The README's way to the CPU build, resolved (not installed) by this environment's pip.
+    import subprocess
+    import sys
+
+    command = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+    assert f"`.venv/bin/{command}`" in (ROOT / "README.md").read_text()
+    done = subprocess.run([sys.executable, "-m", *command.split(), "--dry-run", "--no-deps",
+                           "--ignore-installed", "--retries", "0", "--timeout", "5"],
+                          capture_output=True, text=True)
+    if done.returncode != 0 and "No matching distribution" in done.stderr:
+        pytest.skip("no route to the PyTorch CPU index or a local copy of its wheel")
+    assert done.returncode == 0 and "torch-2.13.0+cpu" in done.stdout, done.stdout + done.stderr
