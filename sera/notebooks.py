@@ -13,6 +13,7 @@ or that does not write what it declares, stops the run with the notebook and cel
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -84,40 +85,144 @@ def strip(path: Path) -> bool:
     return after != before
 
 
+def executed_copy(path: Path, executed: Path):
+    """The executed copy of a notebook, read; raises RuntimeError naming the notebook and the
+    command that runs it when there is none or it was not run to the end."""
+    run = executed / path.name
+    command = f"python -m sera.notebooks --only {path.name[:2]}"
+    if not run.exists():
+        raise RuntimeError(f"{path.name} has not been run: no {run}. Run `make figures` (all "
+                           f"notebooks) or `{command}`, then build the site again.")
+    nb = nbformat.read(run, as_version=4)
+    code = [cell for cell in nb.cells if cell.cell_type == "code" and cell.source.strip()]
+    if not code or any(cell.execution_count is None for cell in code):
+        raise RuntimeError(f"{run} was not run to the end (a code cell has no execution count). "
+                           f"Run `{command}`, then build the site again.")
+    return nb
+
+
+SLIDER_NOTE = ("*The sliders are live in JupyterLab; here is the figure at their initial "
+               "values.*")
+
+
+def static_sliders(nb) -> int:
+    """Replace each widget output by the figure its widget showed when the notebook ran (the
+    widget state papermill stores) and a note that the sliders are live in JupyterLab; drop the
+    widget state. Returns the number of slider cells replaced."""
+    key = "application/vnd.jupyter.widget-state+json"
+    state = nb.metadata.pop("widgets", {}).get(key, {}).get("state", {})
+
+    def images(model_id, seen=()):
+        model = state.get(model_id, {})
+        if model_id in seen or not model:
+            return []
+        found = [out for out in model["state"].get("outputs", [])
+                 if "image/png" in out.get("data", {})]
+        for child in model["state"].get("children", []):
+            found += images(child.removeprefix("IPY_MODEL_"), (*seen, model_id))
+        return found
+
+    replaced = 0
+    for cell in nb.cells:
+        views = [out for out in cell.get("outputs", [])
+                 if "application/vnd.jupyter.widget-view+json" in out.get("data", {})]
+        if not views:
+            continue
+        figures = [nbformat.from_dict({"output_type": "display_data", "metadata": {},
+                                       "data": {"image/png": out["data"]["image/png"]}})
+                   for view in views
+                   for out in images(view["data"]["application/vnd.jupyter.widget-view+json"]
+                                     ["model_id"])]
+        note = nbformat.from_dict({"output_type": "display_data", "metadata": {},
+                                   "data": {"text/markdown": SLIDER_NOTE}})
+        cell.outputs = [out for out in cell.outputs if out not in views] + figures + [note]
+        replaced += 1
+    return replaced
+
+
+_MATH = re.compile(r"\$\$(.+?)\$\$|\$([^$\n]+?)\$", re.S)
+_CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.S)
+
+
+def offline_math(nb) -> dict[str, str]:
+    """Turn every $...$ and $$...$$ of the markdown cells into MathML now (latex2mathml), so a
+    page shows formulas without MathJax or a network: the formula is replaced by a placeholder
+    that markdown leaves alone; returns placeholder -> MathML for the page."""
+    from latex2mathml.converter import convert
+
+    found: dict[str, str] = {}
+
+    def swap(match):
+        tex, display = (match.group(1), "block") if match.group(1) else (match.group(2),
+                                                                           "inline")
+        token = f"SERAMATH{len(found):05d}X"
+        found[token] = convert(tex.strip(), display=display)
+        return token
+
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            parts = _CODE.split(cell.source)
+            cell.source = "".join(part if i % 2 else _MATH.sub(swap, part)
+                                  for i, part in enumerate(parts))
+    return found
+
+
+_REMOTE = re.compile(r"<script[^>]*\ssrc=\"https?://[^\"]*\"[^>]*>\s*</script>")
+_MATHJAX = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
+
+
+def _page(exporter, nb) -> str:
+    """One self-contained page: formulas as MathML, no script from the network."""
+    formulas = offline_math(nb)
+    body, _ = exporter.from_notebook_node(nb)
+    body = _REMOTE.sub("", _MATHJAX.sub("", body))
+    for token, mathml in formulas.items():
+        body = body.replace(token, mathml)
+    return body
+
+
+def _student_index(text: str) -> str:
+    """The guide without its maintainer sections (each follows a `<!-- maintainers -->` line and
+    runs to the next level-2 heading)."""
+    return re.sub(r"<!-- maintainers -->\n## .*?(?=^## |\Z)", "", text, flags=re.S | re.M)
+
+
 def build_site(executed: Path | None = None, output: Path | None = None,
                source: Path | None = None) -> list[Path]:
-    """A static HTML copy of the course (nbconvert): the executed notebooks with their figures,
-    the exercise notebooks as students get them, the guide and the notation page as the index
-    and a page of their own. Returns the written pages."""
+    """A static HTML copy of the course (nbconvert) that works offline: the executed notebooks
+    with their figures (each slider cell shows its initial figure), the exercise notebooks as
+    students get them, the guide (without its maintainer sections) as the index and the notation
+    page. Formulas are MathML written at build time. Refuses a notebook that has not been run
+    (RuntimeError naming it and the command). Returns the written pages."""
     from nbconvert import HTMLExporter
+
+    from sera.release import student_cell
 
     source = source or ROOT / "notebooks"
     executed = executed or ROOT / "build" / "notebooks"
     output = output or ROOT / "build" / "site"
+    runs = [(path, executed_copy(path, executed)) for path in notebooks(source)]
     (output / "exercises").mkdir(parents=True, exist_ok=True)
     exporter = HTMLExporter()
     pages = []
-    for path in notebooks(source):
-        run = executed / path.name
-        body, _ = exporter.from_filename(str(run if run.exists() else path))
+    for path, nb in runs:
+        static_sliders(nb)
         pages.append(output / f"{path.stem}.html")
-        pages[-1].write_text(body)
-    from sera.release import student_cell
-
-    for path in sorted((source / "exercises").glob("[0-9][0-9]_*.ipynb")):
+        pages[-1].write_text(_page(exporter, nb))
+    for path in notebooks(source / "exercises"):
         nb = nbformat.read(path, as_version=4)  # as students get it: no solutions
         nb.cells = [student_cell(cell) for cell in nb.cells]
-        body, _ = exporter.from_notebook_node(nb)
         pages.append(output / "exercises" / f"{path.stem}.html")
-        pages[-1].write_text(body)
+        pages[-1].write_text(_page(exporter, nb))
     for name, page in (("README.md", "index.html"), ("NOTATION.md", "NOTATION.html")):
         text = (source / name).read_text().replace(".ipynb)", ".html)").replace(".md)", ".html)")
-        note = ("\n\n*A static copy: the sliders of notebooks 01-03 need a live kernel "
-                "(JupyterLab); everything else is here as it ran.*")
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text + note)])
-        body, _ = exporter.from_notebook_node(nb)
+        note = ("\n\n*A static copy that works offline: each slider cell shows its figure at "
+                "the initial values (the sliders are live in JupyterLab); everything else is "
+                "here as it ran.*")
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+            _student_index(text) + note)])
         pages.append(output / page)
-        pages[-1].write_text(body)
+        pages[-1].write_text(_page(exporter, nb))
     return pages
 
 
@@ -152,7 +257,11 @@ def main(argv=None) -> int:
                         help="write build/site/: static HTML of the executed notebooks")
     args = parser.parse_args(argv)
     if args.site:
-        pages = build_site(args.output)
+        try:
+            pages = build_site(args.output)
+        except RuntimeError as exc:
+            print(f"no site written: {exc}", file=sys.stderr)
+            return 1
         print(f"{len(pages)} pages in {pages[-1].parent.resolve()}; open index.html")
         return 0
     if args.gallery:

@@ -223,18 +223,69 @@ def test_exercises_run_with_and_without_solutions(path, tmp_path):
                        for c in executed.cells if c.cell_type == "code" for o in c.outputs)
 
 
-def test_site_renders_every_notebook_and_links_them(tmp_path):
-    pages = runner.build_site(executed=tmp_path / "none", output=tmp_path / "site")
+def _fake_runs(folder: Path) -> Path:
+    """Copies of the notebooks as if run (an execution count in every code cell), so the site
+    can be built without running them."""
+    folder.mkdir()
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+            cell.execution_count = i + 1
+        nbformat.write(nb, folder / path.name)
+    return folder
+
+
+def test_site_renders_every_notebook_offline_and_links_them(tmp_path):
+    pages = runner.build_site(executed=_fake_runs(tmp_path / "runs"), output=tmp_path / "site")
     names = {p.relative_to(tmp_path / "site").as_posix() for p in pages}
     assert {f"{p.stem}.html" for p in NOTEBOOKS} <= names
     assert {f"exercises/{p.stem}.html" for p in EXERCISES} <= names
     index = (tmp_path / "site" / "index.html").read_text()
     for path in NOTEBOOKS:
         assert f'href="{path.stem}.html"' in index
-    assert "need a live kernel" in index
+    assert "live in JupyterLab" in index
+    # The maintainer section of the guide stays out of the student index.
+    assert "Keeping the repository clean" in (ROOT / "notebooks" / "README.md").read_text()
+    assert "Keeping the repository clean" not in index and "maintainers" not in index
     for path in EXERCISES:  # the exercises as students get them
         page = (tmp_path / "site" / "exercises" / f"{path.stem}.html").read_text()
         assert "BEGIN SOLUTION" not in page and "NotImplementedError" in page
+    # Offline: formulas are MathML written at build time, no script comes from the network.
+    for page in pages:
+        html = page.read_text()
+        assert not re.search(r"<script[^>]*src=\"https?://", html), page
+        assert "SERAMATH" not in html and "$$" not in html, page
+    assert "<math" in (tmp_path / "site" / "01_finite_rollout_fidelity.html").read_text()
+
+
+def test_site_refuses_a_notebook_that_was_not_run(tmp_path):
+    with pytest.raises(RuntimeError, match=r"01_finite_rollout_fidelity.ipynb has not been run.*"
+                                           r"--only 01"):
+        runner.build_site(executed=tmp_path / "none", output=tmp_path / "site")
+    runs = _fake_runs(tmp_path / "runs")
+    nb = nbformat.read(runs / NOTEBOOKS[1].name, as_version=4)
+    next(c for c in nb.cells if c.cell_type == "code").execution_count = None
+    nbformat.write(nb, runs / NOTEBOOKS[1].name)
+    with pytest.raises(RuntimeError, match="was not run to the end"):
+        runner.build_site(executed=runs, output=tmp_path / "site")
+
+
+def test_a_slider_cell_shows_its_initial_figure():
+    png = "iVBORw0KGgo="
+    view = {"output_type": "display_data", "metadata": {}, "data": {
+        "application/vnd.jupyter.widget-view+json": {"model_id": "box", "version_major": 2,
+                                                     "version_minor": 0},
+        "text/plain": "interactive(children=...)"}}
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("explorer()",
+                                                                   outputs=[view])])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {
+        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_out"]}},
+        "out": {"model_name": "OutputModel", "state": {"outputs": [
+            {"output_type": "display_data", "metadata": {}, "data": {"image/png": png}}]}}}}}
+    assert runner.static_sliders(nb) == 1 and "widgets" not in nb.metadata
+    outputs = nb.cells[0].outputs
+    assert outputs[0].data["image/png"] == png
+    assert "live in JupyterLab" in outputs[-1].data["text/markdown"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
