@@ -258,3 +258,27 @@ def test_gain_figures_draw_each_seed_beside_the_interval():
     against = sera.results.gains_against(final, "maxrl", by=(), ks=[1])
     fig = splot.plot_gains(against, reference="maxrl")
     assert any(len(c.get_offsets()) == 4 for c in fig.axes[0].collections)
+
+
+def test_the_safeguard_draws_dropped_prompts_below_the_line_they_were_dropped_for():
+    p = np.random.default_rng(0).beta(0.4, 1.5, 40)
+    fig = splot.plot_safeguard(p, 40 * 8, 2, 64, u_min=0.3)
+    right = fig.axes[1]
+    dropped = next(ln for ln in right.get_lines() if ln.get_label().startswith("dropped"))
+    assert len(dropped.get_ydata()) > 0 and max(dropped.get_ydata()) < 0.3
+
+
+def test_the_tilt_arrows_differ_in_hue_and_the_axes_are_labelled():
+    fig = splot.plot_direction_tilt()
+    ax = fig.axes[0]
+    colors = [ln.get_color() for ln in ax.get_lines()]
+    assert len(set(colors)) == len(colors) == 5
+    assert ax.get_xlabel() and ax.get_ylabel()
+
+
+def test_the_sera_variants_are_told_apart():
+    from sera.plotting.study import _style
+
+    arms = [_style("sera"), _style("sera-oracle"), _style("sera (u_min 0.5)")]
+    assert len({(a["color"], a["ls"]) for a in arms}) == 3
+    assert len({a["color"] for a in arms}) == 3 and len({a["ls"] for a in arms}) == 3

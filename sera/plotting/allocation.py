@@ -37,7 +37,7 @@ def plot_waterline(p, budget: int, n_min: int = 2, n_max: int | None = None,
     top.set(ylabel="rollouts N_q", title=f"B = {p.size}, budget M = {budget}, "
             f"N_min = {n_min}, N_max = {n_max}", ylim=(0, result.counts.max() * 1.35))
     top.legend(loc="upper right", ncols=3, fontsize=7)
-    bottom.bar(x, result.fidelity, color="#8fb6d9", label="kappa(p_q, N_q)")
+    bottom.bar(x, result.fidelity, color="#8fb6d9", label="κ(p_q, N_q)")
     bottom.axhline(result.level, color="#d62728", lw=1.5,
                    label=f"water level c = {result.level:.3f}")
     bottom.plot(x, p, ".", color="#404040", ms=3, label="p_q")
@@ -72,10 +72,10 @@ def plot_rounding_gap(table):
     left.plot(table.loc[below, "exact_min_kappa"], table.loc[below, "paper_min_kappa"], ".",
               color=method_style("paper").color, ms=3, label="paper below exact")
     left.plot([0, 1], [0, 1], color="#404040", lw=0.8)
-    left.set(xlabel="exact: min kappa", ylabel="paper: min kappa", title="minimum fidelity")
+    left.set(xlabel="exact: min κ", ylabel="paper: min κ", title="minimum fidelity")
     left.legend(loc="upper left")
     right.hist(table.loc[below, "gap"], bins=30, color=method_style("paper").color)
-    right.set(xlabel="exact - paper (min kappa)", ylabel="instances",
+    right.set(xlabel="exact - paper (min κ)", ylabel="instances",
               title=f"{below.mean():.1%} of {len(table)} instances below")
     return fig
 
@@ -101,7 +101,8 @@ def plot_allocation_vs_success(n0s=(4, 8, 16, 32), batch: int = 128, n_min: int 
 
 @styled
 def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float = 0.3):
-    """Which prompts the observability safeguard keeps: counts and U(p, N_q) per prompt."""
+    """Which prompts the observability safeguard keeps: counts and U(p, N_q) per prompt; a
+    dropped prompt is drawn at the U the whole batch's allocation would have left it."""
     p = np.asarray(p, dtype=float)
     result = allocate(p, budget, n_min, n_max, u_min=u_min)
     fig, (left, right) = new_figure(ncols=2, width=3.9, height=3.2)
@@ -114,8 +115,11 @@ def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float
     left.legend(loc="upper right")
     u = mixed_probability(p[kept], result.counts[kept])
     right.plot(p[kept], u, "o", color=method_style("sera").color, ms=4)
-    right.plot(p[~kept], mixed_probability(p[~kept], n_max), "x", color="#404040",
-               label="dropped, at N_max")
+    # A dropped prompt is drawn where the whole batch's allocation would have left it, the
+    # U it was dropped for (below u_min), not at N_max, which the budget could not give it.
+    whole = allocate(p, budget, n_min, n_max).counts
+    right.plot(p[~kept], mixed_probability(p[~kept], whole[~kept]), "x", color="#404040",
+               label="dropped: U if the whole\nbatch were allocated")
     right.axhline(u_min, color="#d62728", ls="--", lw=1, label=f"u_min = {u_min:g}")
     right.set(xlabel="p", ylabel="U(p, N)", ylim=(0, 1.02), title="mixed-group probability")
     right.legend(loc="lower center")
@@ -143,9 +147,9 @@ def plot_budget_concentration(table):
     left.set(xscale="log", xlabel="lowest success probability", ylabel="share of the budget",
              title="one hard prompt's share", ylim=(0, 1.05))
     right.plot(table["p_low"], table["level"], "o-", color=method_style("maxrl").color,
-               label="water level c")
+               label="common fidelity κ*")
     right.plot(table["p_low"], table["min_kappa_others"], "s--", color="#404040", ms=3,
-               label="min kappa, other prompts")
+               label="min κ, other prompts")
     right.set(xscale="log", xlabel="lowest success probability", ylabel="fidelity",
               title="what the rest is left with", ylim=(0, 1.3))
     right.set_yticks([0, 0.25, 0.5, 0.75, 1.0])

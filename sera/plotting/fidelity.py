@@ -26,7 +26,7 @@ def plot_kappa_curves(ns=(2, 4, 8, 16, 32, 64)):
     for n, color in zip(ns, _shades(len(ns)), strict=True):
         ax.plot(P_GRID, kappa(P_GRID, n), color=color, label=f"N = {n}")
         ax.plot(P_GRID, kappa(P_GRID, n, centered=False), color=color, ls="--", lw=1.0)
-    ax.set(xlabel="success probability p", ylabel="fidelity kappa(p, N)", ylim=(0, 1.02),
+    ax.set(xlabel="success probability p", ylabel="fidelity κ(p, N)", ylim=(0, 1.02),
            title="Fidelity of MaxRL: centered (solid), uncentered (dashed)")
     ax.legend(loc="lower right", ncols=2)
     return fig
@@ -44,15 +44,15 @@ def plot_kappa_slider(p: float = 0.1, n: int = 8):
     left.bar(k[kept], values[kept], color="#d62728", label=f"kept (k <= N-1 = {n - 1})")
     left.bar(k[~kept], values[~kept], color="#c7c7c7", label="truncated")
     left.set(xlabel="series term k", ylabel="(1-p)^(k-1)",
-             title=f"kappa = p * kept sum = {p * values[kept].sum():.3f}")
+             title=f"κ = p · kept sum = {p * values[kept].sum():.3f}")
     integer_ticks(left.xaxis)
     left.legend(loc="upper right")
     right.plot(P_GRID, kappa(P_GRID, n), color="#1f77b4", label="centered")
     right.plot(P_GRID, kappa(P_GRID, n, centered=False), color="#1f77b4", ls="--",
                label="uncentered")
     right.plot([p], [kappa(p, n)], "o", color="#d62728")
-    right.set(xlabel="p", ylabel="kappa(p, N)", ylim=(0, 1.02),
-              title=f"N = {n}: kappa({p:.2f}, {n}) = {kappa(p, n):.3f}")
+    right.set(xlabel="p", ylabel="κ(p, N)", ylim=(0, 1.02),
+              title=f"N = {n}: κ({p:.2f}, {n}) = {kappa(p, n):.3f}")
     right.legend(loc="lower right")
     return fig
 
@@ -84,9 +84,11 @@ def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg
     likelihood gradient, and how equalized fidelity removes the tilt."""
     v = tilt_vectors(p1, p2, n, angle_deg)
     fig, ax = new_figure(width=4.6, height=3.8)
-    arrows = [("g1", "#9e9e9e", f"grad log p1 (p1 = {p1:.2f})"),
-              ("g2", "#616161", f"grad log p2 (p2 = {p2:.2f})"),
-              ("exact", "#404040", "exact: g1 + g2"),
+    # The two prompts' gradients in two clearly different hues (not two greys), the exact sum in
+    # black, the two batch updates in the method colours.
+    arrows = [("g1", "#ff7f0e", f"∇ log p1 (p1 = {p1:.2f}, hard)"),
+              ("g2", "#2ca02c", f"∇ log p2 (p2 = {p2:.2f})"),
+              ("exact", "#000000", "exact: ∇ log p1 + ∇ log p2"),
               ("uniform", "#1f77b4", f"uniform N = {n}: tilt {v['tilt_uniform']:.1f} deg"),
               ("equalized", "#d62728", "waterline N = ({:.1f}, {:.1f}): tilt {:.1f} deg".format(
                   *v["counts"], v["tilt_equalized"]))]
@@ -99,7 +101,8 @@ def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg
     points = np.array([[0.0, 0.0]] + [v[key] for key, _, _ in arrows])
     low, high = points.min(axis=0) - 0.15, points.max(axis=0) + 0.15
     ax.set(xlim=(low[0], high[0]), ylim=(low[1], high[1] + 0.6), aspect="equal",
-           title=f"kappa1 = {v['kappa'][0]:.2f}, kappa2 = {v['kappa'][1]:.2f}")
+           xlabel="gradient, first coordinate", ylabel="gradient, second coordinate",
+           title=f"κ1 = {v['kappa'][0]:.2f}, κ2 = {v['kappa'][1]:.2f} under uniform N")
     ax.legend(loc="upper center", fontsize=7, ncols=1)
     return fig
 
@@ -111,7 +114,7 @@ def plot_rollouts_for_fidelity(levels=(0.5, 0.8, 0.9, 0.95), n_max: int = 64):
     p = np.logspace(-3, np.log10(0.99), 300)
     for level, color in zip(levels, _shades(len(levels)), strict=True):
         need = rollouts_for_fidelity(p, level)
-        ax.plot(p, np.minimum(need, n_max), color=color, label=f"kappa = {level:g}")
+        ax.plot(p, np.minimum(need, n_max), color=color, label=f"κ* = {level:g}")
         over = need > n_max
         if over.any():
             ax.plot(p[over], np.full(over.sum(), n_max), color=color, lw=4, alpha=0.3)
@@ -132,6 +135,6 @@ def plot_mixed_probability(ns=(2, 4, 8, 16, 64)):
         left.plot(P_GRID, mixed_probability(P_GRID, n), color=color, label=f"N = {n}")
         right.plot(P_GRID, kappa(P_GRID, n), color=color, label=f"N = {n}")
     left.set(xlabel="p", ylabel="U(p, N)", title="mixed-group probability U", ylim=(0, 1.02))
-    right.set(xlabel="p", ylabel="kappa(p, N)", title="fidelity kappa", ylim=(0, 1.02))
+    right.set(xlabel="p", ylabel="κ(p, N)", title="fidelity κ", ylim=(0, 1.02))
     left.legend(loc="lower center")
     return fig

@@ -22,10 +22,15 @@ def with_arms(table: pd.DataFrame) -> pd.DataFrame:
     return table.assign(arm=labels)
 
 
+SAFEGUARD_DARKER = {"#d62728": "#67000d"}  # sera with the safeguard: dark red, not sera's red
+
+
 def _style(arm_name: str) -> dict:
-    """The method's line; a safeguard threshold (u_min) is drawn dotted."""
+    """The method's line; a safeguard threshold (u_min) is drawn dotted (and darker for sera)."""
     style = line(arm_name.split(" ")[0])
-    return {**style, "ls": ":"} if "u_min" in arm_name else style
+    if "u_min" not in arm_name:
+        return style
+    return {**style, "ls": ":", "color": SAFEGUARD_DARKER.get(style["color"], style["color"])}
 
 
 def _band(ax, table: pd.DataFrame, arm_name: str, smooth: int = 1):

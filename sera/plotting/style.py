@@ -25,11 +25,13 @@ class Style:
 
 
 # Every method of sera.trainers.methods.METHODS and sera.allocation.METHODS, in legend order. A
-# rule and its `-maxrl` variant share a colour; the variant is dashed.
+# rule and its `-maxrl` variant share a colour; the variant is dashed. The SERA family is red and
+# told apart by lightness and line: sera solid, sera-oracle light and dash-dotted, sera with the
+# safeguard (sera.plotting.study) dark and dotted.
 STYLES = {
     "ce": Style("#404040", "-", "ce", "estimator"),
     "maxrl": Style("#1f77b4", "-", "maxrl", "maxrl"),
-    "sera-oracle": Style("#ff9896", "-", "sera-oracle", "sera"),
+    "sera-oracle": Style("#ff9896", "-.", "sera-oracle", "sera"),
     "sera": Style("#d62728", "-", "sera", "sera"),
     "grpo": Style("#2ca02c", "-", "grpo", "estimator"),
     "rloo": Style("#98df8a", "-", "rloo", "estimator"),
