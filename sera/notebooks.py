@@ -30,7 +30,8 @@ def notebooks(folder: Path | None = None) -> list[Path]:
 
 
 def declared_figures(path: Path) -> list[str]:
-    """Figure names (file stems) a notebook promises to write."""
+    """Figure names (file stems) a notebook promises to write (metadata.sera.figures: name, the
+    sera.plotting function and a one-sentence take-away for the gallery)."""
     meta = nbformat.read(path, as_version=4).metadata.get("sera", {})
     return [figure["name"] for figure in meta.get("figures", [])]
 
@@ -237,6 +238,8 @@ def gallery(folder: Path | None = None) -> str:
             name, function = figure["name"], figure["function"]
             doc = getattr(sera.plotting, function).__doc__.strip().split("\n\n")[0]
             doc = " ".join(doc.split())
+            if figure.get("takeaway"):  # what to conclude, after what is drawn
+                doc += f" **Take-away:** {figure['takeaway']}"
             rows.append(f"| <img src=\"figures/{name}.png\" width=\"220\"> | {doc} | "
                         f"[{path.stem}](notebooks/{path.name}) | `sera.plotting.{function}` |")
     return "\n".join(rows)

@@ -310,3 +310,12 @@ def test_no_exercise_comes_before_its_material():
                                ("## Learning objectives", "## Summary")))
             for w in words))
         assert row >= first, f"exercises {exercise} in row {row + 1}, before {NOTEBOOKS[first]}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_figure_has_a_one_sentence_takeaway_in_the_gallery(path):
+    readme = (ROOT / "README.md").read_text()
+    for figure in nbformat.read(path, as_version=4).metadata["sera"]["figures"]:
+        takeaway = figure.get("takeaway", "")
+        assert takeaway.endswith(".") and takeaway.count(". ") == 0, figure["name"]
+        assert f"**Take-away:** {takeaway}" in readme, figure["name"]
