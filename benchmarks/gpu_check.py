@@ -74,10 +74,10 @@ class SeraClock:
         self._saved: list[tuple[object, str, object]] = []
 
     def _targets(self):
-        yield from ((SuccessHistory, n) for n in ("plan", "record", "record_groups",
-                                                   "end_epoch", "estimate", "posterior"))
+        yield from ((SuccessHistory, n) for n in ("record", "record_groups", "end_epoch",
+                                                   "estimate", "last_rates", "posterior"))
         yield loop.Run, "plan"
-        yield methods, "plan"
+        yield from ((methods, n) for n in ("estimate", "plan"))
         with contextlib.suppress(ImportError):
             from sera.integrations import planner
 

@@ -7,12 +7,9 @@ measured in notebooks/04_gradient_cosine_study.ipynb.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from sera import _checks
-from sera.allocation import Allocation, allocate
 
 RULES = ("rate", "counts")
 
@@ -50,6 +47,7 @@ class SuccessHistory:
         self.observed = np.zeros(self.n_prompts, dtype=bool)
         self._pending_s = np.zeros(self.n_prompts)
         self._pending_f = np.zeros(self.n_prompts)
+        self.last_rate = np.full(self.n_prompts, np.nan)  # raw rate of each prompt's last epoch
         self.epoch = 0
 
     def _ids(self, prompt_ids, name="prompt_ids") -> np.ndarray:
@@ -100,6 +98,7 @@ class SuccessHistory:
         self.successes = self.gamma * self.successes + new_s
         self.failures = self.gamma * self.failures + new_f
         self.observed |= seen
+        self.last_rate[seen] = self._pending_s[seen] / trials[seen]
         self._pending_s[:] = 0.0
         self._pending_f[:] = 0.0
         self.epoch += 1
@@ -116,14 +115,14 @@ class SuccessHistory:
         ids = np.arange(self.n_prompts) if prompt_ids is None else self._ids(prompt_ids)
         return self.successes[ids] + self.alpha, self.failures[ids] + self.beta
 
-    def plan(self, prompt_ids, budget, **allocate_kwargs) -> Allocation:
-        """Allocate the budget over a batch from the frozen estimates; uniform counts (with
-        fallback=True) when any prompt of the batch has no estimate yet."""
-        p_hat, available = self.estimate(prompt_ids)
-        if available.all():
-            return allocate(p_hat, budget, **allocate_kwargs)
-        kwargs = {k: v for k, v in allocate_kwargs.items() if k in ("n_min", "n_max", "n0")}
-        return replace(allocate(p_hat, budget, method="uniform", **kwargs), fallback=True)
+    def last_rates(self, prompt_ids=None):
+        """(rate, available): each prompt's raw success rate in the last epoch it was seen (its
+        successes over its rollouts, 0 and 1 included), the estimate Knapsack RL, GVM and DARS
+        plan from; available once an epoch with the prompt has been folded in."""
+        ids = np.arange(self.n_prompts) if prompt_ids is None else self._ids(prompt_ids)
+        rate = self.last_rate[ids]
+        available = ~np.isnan(rate)
+        return np.where(available, rate, 0.5), available
 
     def state_dict(self) -> dict:
         """Everything needed to resume; arrays are copied."""
@@ -131,7 +130,7 @@ class SuccessHistory:
                 "weight": self.weight, "epoch": self.epoch,
                 "successes": self.successes.copy(), "failures": self.failures.copy(),
                 "observed": self.observed.copy(), "pending_s": self._pending_s.copy(),
-                "pending_f": self._pending_f.copy()}
+                "pending_f": self._pending_f.copy(), "last_rate": self.last_rate.copy()}
 
     def load_state_dict(self, state: dict) -> None:
         self.gamma, self.alpha, self.beta = state["gamma"], state["alpha"], state["beta"]
@@ -143,3 +142,5 @@ class SuccessHistory:
         self._pending_s = np.array(state["pending_s"], dtype=float)
         self._pending_f = np.array(state["pending_f"], dtype=float)
         self.n_prompts = self.successes.size
+        self.last_rate = np.array(state.get("last_rate", np.full(self.n_prompts, np.nan)),
+                                  dtype=float)

@@ -24,15 +24,41 @@ def test_estimates_are_frozen_until_the_epoch_ends():
 
 
 def test_plan_falls_back_to_uniform_until_every_prompt_is_seen():
+    from sera.trainers import methods
+    from sera.trainers.config import AllocatorConfig
+
     history = sera.SuccessHistory(4)
     history.record([0, 1, 2], [1, 0, 1])
     history.end_epoch()
-    plan = history.plan([0, 1, 3], 24, n_max=16)
-    assert plan.fallback and plan.method == "uniform"
-    np.testing.assert_array_equal(plan.counts, [8, 8, 8])
-    plan = history.plan([0, 1, 2], 24, n_max=16)
-    assert not plan.fallback and plan.method == "paper"
-    assert plan.counts[1] > plan.counts[0]  # the prompt that failed gets more rollouts
+    sera_method, allocator = methods.METHODS["sera"], AllocatorConfig(n_max=16)
+
+    def plan(ids):
+        ids = np.array(ids)
+        return methods.plan(sera_method, allocator, 8, ids,
+                            *methods.estimate(sera_method, history, ids))
+
+    allocation = plan([0, 1, 3])
+    assert allocation.fallback and allocation.method == "uniform"
+    np.testing.assert_array_equal(allocation.counts, [8, 8, 8])
+    allocation = plan([0, 1, 2])
+    assert not allocation.fallback and allocation.method == "paper"
+    assert allocation.counts[1] > allocation.counts[0]  # the prompt that failed gets more
+
+
+def test_last_rates_are_each_prompts_raw_rate_of_its_last_epoch():
+    history = sera.SuccessHistory(3)
+    rate, available = history.last_rates()
+    assert not available.any()
+    history.record_groups([0, 1], [0, 8], [8, 8])  # 0/8 and 8/8: the raw rates are 0 and 1
+    history.end_epoch()
+    history.record_groups([0], [3], [4])
+    history.end_epoch()
+    rate, available = history.last_rates()
+    np.testing.assert_array_equal(available, [True, True, False])
+    np.testing.assert_allclose(rate[:2], [0.75, 1.0])  # prompt 1 keeps its last seen epoch
+    again = sera.SuccessHistory(3)
+    again.load_state_dict(history.state_dict())
+    np.testing.assert_allclose(again.last_rates()[0], rate)
 
 
 def test_rate_rule_gives_every_epoch_the_same_weight():

@@ -169,3 +169,16 @@ def test_each_start_records_threads_and_the_cpus_instruction_set(tmp_path):
     for record in records:
         assert record["torch_threads"] >= 1 and record["cpu_capability"]
         assert {"torch", "numpy", "machine"} <= set(record)
+
+
+def test_dars_updates_on_mixed_groups_only_and_the_history_sees_every_group(tmp_path):
+    p = np.array([0.0, 1.0, 0.5, 0.5, 0.0, 1.0, 0.5, 0.5, 0.4, 0.6])
+    study = Coins(_config(tmp_path, method="dars-hw", steps=6), p)
+    runs = []
+    loop.fit(study, callback=runs.append)
+    for step, ids, _ in study.updates:
+        assert not set(ids.tolist()) & {0, 1, 4, 5}, step  # all-0 or all-1: dropped
+    # every sampled group reached the history, the dropped ones included
+    rate, available = runs[-1].history.last_rates([0, 1, 4, 5])
+    assert available.all()
+    np.testing.assert_array_equal(rate, [0, 1, 0, 1])

@@ -8,10 +8,10 @@ import pytest
 
 import sera
 from sera.trainers.config import AllocatorConfig, RunConfig, differences
-from sera.trainers.methods import METHODS, plan, supported
+from sera.trainers.methods import METHODS, estimate, plan, supported
 
 
-def test_every_method_plans_the_budget():
+def test_every_method_plans_the_budget_from_its_own_estimates():
     history = AllocatorConfig().history(20)
     history.record_groups(np.arange(20), np.arange(20) % 5, np.full(20, 4))
     history.end_epoch()
@@ -19,15 +19,18 @@ def test_every_method_plans_the_budget():
     exact = np.linspace(0.05, 0.9, ids.size)
     state = {}
     for method in METHODS.values():
+        p, available = estimate(method, history, ids, exact)
         if method.protocol != "one-shot":
             with pytest.raises(ValueError, match="samples in rounds"):
-                plan(method, AllocatorConfig(), 8, ids, exact, history, state)
+                plan(method, AllocatorConfig(), 8, ids, p, available, state, history)
             continue
-        allocation = plan(method, AllocatorConfig(), 8, ids, exact, history, state)
+        allocation = plan(method, AllocatorConfig(), 8, ids, p, available, state, history)
         if method.allocator == "none":
             assert allocation is None
             continue
+        cap = (method.n_max_factor or 8) * 8
         assert allocation.counts.sum() == 64 and allocation.counts.min() >= 2, method.name
+        assert allocation.counts.max() <= cap, method.name
         if method.allocator in ("uniform", "reweight"):
             assert (allocation.counts == 8).all()
         if method.allocator == "reweight":
@@ -36,18 +39,40 @@ def test_every_method_plans_the_budget():
             assert (allocation.weights == 1).all()
         else:
             np.testing.assert_allclose(allocation.counts * allocation.weights, 8.0)
-        if method.allocator == "waterline":
-            source = exact if method.estimates == "exact" else history.estimate(ids)[0]
-            np.testing.assert_allclose(allocation.p, source)
+        if method.estimates == "exact":
+            np.testing.assert_allclose(allocation.p, exact)
+        elif method.estimator == "last-epoch":  # the raw rates k/4, 0 and 1 included
+            np.testing.assert_allclose(allocation.p, (ids % 5) / 4)
+        else:
+            np.testing.assert_allclose(allocation.p, history.estimate(ids)[0])
     assert set(state) == {"cero"}  # the stateful allocator kept its cumulative counts
-    fresh = plan(METHODS["cero-reconstruction"], AllocatorConfig(), 8, ids, exact, history, {})
+    fresh = plan(METHODS["cero-reconstruction"], AllocatorConfig(), 8, ids, exact, None, {},
+                 history)
     np.testing.assert_array_equal(state["cero"].cumulative[ids], fresh.counts)
+
+
+def test_the_baselines_see_zero_and_one_where_the_smoothed_estimate_cannot():
+    # after one epoch of 8 failures, Knapsack RL's rule gives the prompt n_min (its authors'
+    # code: 2) and GVM's gives it nothing beyond n_min; the smoothed estimate is never 0
+    history = AllocatorConfig().history(4)
+    history.record_groups(np.arange(4), [0, 2, 4, 8], np.full(4, 8))
+    history.end_epoch()
+    ids = np.arange(4)
+    for name in ("knapsack", "gvm"):
+        method = METHODS[name]
+        p, available = estimate(method, history, ids)
+        np.testing.assert_allclose(p, [0, 0.25, 0.5, 1])
+        counts = plan(method, AllocatorConfig(), 8, ids, p, available).counts
+        assert counts.sum() == 32
+        assert counts[0] == 2 if name == "gvm" else counts[0] >= 2
+    assert estimate(METHODS["sera"], history, ids)[0].min() > 0
 
 
 def test_sera_falls_back_until_its_prompts_are_seen():
     history = AllocatorConfig().history(10)
-    allocation = plan(METHODS["sera"], AllocatorConfig(), 4, np.arange(5), np.full(5, 0.5),
-                      history)
+    ids = np.arange(5)
+    allocation = plan(METHODS["sera"], AllocatorConfig(), 4, ids,
+                      *estimate(METHODS["sera"], history, ids))
     assert allocation.method == "uniform" and allocation.fallback
 
 

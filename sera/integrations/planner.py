@@ -83,8 +83,9 @@ class Planner:
                              f"recorded; {twice[0]!r} was planned twice (record a batch's "
                              f"outcomes before planning its prompts again)")
         self._fold_if_epoch_done()
-        allocation = methods.plan(methods.METHODS["sera"], self.allocator, self.n0, rows, None,
-                                  self.history)
+        sera = methods.METHODS["sera"]
+        allocation = methods.plan(sera, self.allocator, self.n0, rows,
+                                  *methods.estimate(sera, self.history, rows))
         self.pending.update(zip(keys, rows.tolist(), strict=True))
         self.planned += rows.size
         self.last = allocation

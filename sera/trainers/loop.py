@@ -31,7 +31,7 @@ import pandas as pd
 from sera.allocation import Allocation
 from sera.trainers import checkpoint
 from sera.trainers.config import RunConfig, as_dict
-from sera.trainers.methods import METHODS, plan
+from sera.trainers.methods import METHODS, estimate, plan
 from sera.trainers.protocols import PROTOCOLS, Outcome
 
 # The per-prompt record of every step: the estimate the allocation read (for uniform methods, the
@@ -144,16 +144,11 @@ class Run:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def plan(self, ids: np.ndarray, exact: np.ndarray | None = None) -> Allocation | None:
-        """The batch's Allocation through the method table (exact p: sera-oracle only)."""
-        if self.method.estimates == "exact":
-            if exact is None:
-                raise ValueError(f"method {self.method.name!r} needs exact success "
-                                 f"probabilities, which this task does not provide")
-            estimates = exact
-        else:
-            estimates = self.history.estimate(ids)[0]
+        """The batch's Allocation through the method table, from the method's estimates (the
+        task's exact p for sera-oracle)."""
+        estimates, available = estimate(self.method, self.history, ids, exact)
         return plan(self.method, self.config.allocator, self.config.n0, ids, estimates,
-                    self.history, self.allocator_state)
+                    available, self.allocator_state, self.history)
 
     # ------------------------------------------------------------------ one step's records
 

@@ -49,6 +49,16 @@ class Method:
     protocol: str = "one-shot"
     """How the step gets its rollouts (sera.trainers.protocols): one-shot (plan, then sample
     once) or a sequential rule that samples in rounds: dynamic, two-stage, probe-commit."""
+    estimator: str = "smoothed"
+    """How a history-based method estimates p: smoothed (SERA's discounted Beta-smoothed
+    evidence, never 0 or 1) or last-epoch (the raw success rate of the prompt's last epoch, as
+    Knapsack RL, GVM and DARS estimate it, so their rules for p = 0 and p = 1 can fire)."""
+    n_max_factor: int | None = None
+    """The method's own cap on a prompt's rollouts as a multiple of n0, where its authors' code
+    sets one (Knapsack RL: 16); None: the allocator config's n_max."""
+    drop_uniform_groups: bool = False
+    """Leave all-0 and all-1 groups out of the update, so that the loss normaliser counts the
+    mixed groups only (DARS); their outcomes still enter the history."""
 
     @property
     def maxrl(self) -> bool:
@@ -87,34 +97,39 @@ def _entries():
     yield Method("reweight", "history", "reweight", maxrl_advantages,
                  "inverse-fidelity reweighting: n0 each, MaxRL x 1 / kappa(p_hat, n0)")
     yield Method("knapsack", "history", "knapsack", clipped_grpo_advantages,
-                 "Knapsack RL: value U(p, N) p (1-p)^2, GRPO (clipped at 5), no weights",
-                 weighted=False)
+                 "Knapsack RL: its allocator on last-epoch rates (cap 16 n0), GRPO (clipped at "
+                 "5), no weights", weighted=False, estimator="last-epoch", n_max_factor=16)
     yield Method("gvm", "history", "gvm", raft_advantages,
-                 "GVM-RAFT: N ~ 1 / sqrt(p + 0.001 / p), rejection sampling, no weights",
-                 weighted=False)
+                 "GVM-RAFT: N ~ 1 / sqrt(p + 0.001 / p) on last-epoch rates, rejection "
+                 "sampling, no weights", weighted=False, estimator="last-epoch")
     yield Method("dars-hw", "history", "dars-hw", partial(rl2ml_advantages, alpha=0.0),
-                 "DARS-HW matched to the budget from history, A = r - mean, no weights",
-                 weighted=False)
+                 "DARS-HW matched to the budget from last-epoch rates, A = r - mean, all-0 and "
+                 "all-1 groups dropped, no weights", weighted=False, estimator="last-epoch",
+                 drop_uniform_groups=True)
     yield Method("dars-et", "history", "dars-et", partial(rl2ml_advantages, alpha=0.0),
-                 "DARS-ET matched to the budget from history, A = r - mean, no weights",
-                 weighted=False)
+                 "DARS-ET matched to the budget from last-epoch rates, A = r - mean, all-0 and "
+                 "all-1 groups dropped, no weights", weighted=False, estimator="last-epoch",
+                 drop_uniform_groups=True)
     yield Method("cero-reconstruction", "history", "cero", maxrl_advantages,
                  "CERO, myopic (reconstruction): posterior variance x saturating utility of "
                  "cumulative rollouts, MaxRL x n0 / N_q")
     yield Method("knapsack-maxrl", "history", "knapsack", maxrl_advantages,
-                 "the knapsack allocation with MaxRL advantages x n0 / N_q")
+                 "the knapsack allocation with MaxRL advantages x n0 / N_q",
+                 estimator="last-epoch", n_max_factor=16)
     yield Method("gvm-maxrl", "history", "gvm", maxrl_advantages,
-                 "the gvm allocation with MaxRL advantages x n0 / N_q")
+                 "the gvm allocation with MaxRL advantages x n0 / N_q", estimator="last-epoch")
     yield Method("dars-hw-maxrl", "history", "dars-hw", maxrl_advantages,
-                 "the dars-hw allocation with MaxRL advantages x n0 / N_q")
+                 "the dars-hw allocation with MaxRL advantages x n0 / N_q",
+                 estimator="last-epoch")
     yield Method("dapo", "none", "sequential", grpo_advantages,
                  "DAPO dynamic sampling: 3B prompts x n0, keep mixed groups, refill; GRPO",
                  weighted=False, protocol="dynamic")
     yield Method("dapo-maxrl", "none", "sequential", maxrl_advantages,
                  "DAPO dynamic sampling with MaxRL advantages", protocol="dynamic")
     yield Method("dars-hw-2stage", "none", "sequential", partial(rl2ml_advantages, alpha=0.0),
-                 "DARS-HW as published: pilot n0, top-up to n0 / (2a); A = r - mean; not "
-                 "matched to the budget", weighted=False, protocol="two-stage")
+                 "DARS-HW as published: pilot n0, top-up to n0 / (2a); A = r - mean; all-0 and "
+                 "all-1 groups dropped; not matched to the budget", weighted=False,
+                 protocol="two-stage", drop_uniform_groups=True)
     yield Method("sara-reconstruction", "history", "sequential", grpo_advantages,
                  "SARA-style probe / commit / abandon on the Beta posterior (reconstruction); "
                  "GRPO on committed groups", weighted=False, protocol="probe-commit")
@@ -135,13 +150,34 @@ def supported(exact: bool) -> tuple[str, ...]:
                  if (m.estimates != "exact" and m.allocator != "none") or exact)
 
 
-def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndarray,
-         history: SuccessHistory, state: dict | None = None) -> Allocation | None:
-    """The batch's Allocation (None for methods without rollouts).
+def estimate(method: Method, history: SuccessHistory, ids: np.ndarray,
+             exact: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(p, available): the success estimates a method plans the batch from, read once. exact
+    methods read the task's exact p; history-based ones the history's smoothed estimate or the
+    raw rate of the prompt's last epoch (method.estimator); methods without estimates record the
+    smoothed estimate in the tables and are always available."""
+    if method.estimates == "exact":
+        if exact is None:
+            raise ValueError(f"method {method.name!r} needs exact success probabilities, which "
+                             f"this task does not provide")
+        return np.asarray(exact, dtype=float), np.ones(len(ids), dtype=bool)
+    if method.estimates == "history" and method.estimator == "last-epoch":
+        return history.last_rates(ids)
+    p, available = history.estimate(ids)
+    if method.estimates == "none":
+        available = np.ones(len(ids), dtype=bool)
+    return p, available
 
-    estimates: the success probabilities the allocation reads when method.estimates is exact
-    (and what a uniform allocation records as its p, for the tables). state: a dict the run keeps
-    (and checkpoints) for stateful allocators.
+
+def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndarray,
+         available: np.ndarray | None = None, state: dict | None = None,
+         history: SuccessHistory | None = None) -> Allocation | None:
+    """The batch's Allocation from its estimates (`estimate`); None for methods without
+    rollouts. Every method plans here.
+
+    available: which prompts have an estimate (None: all); a history-based method plans a batch
+    with any prompt missing one as uniform counts with fallback=True. state: a dict the run keeps
+    (and checkpoints) for stateful allocators; history: the posterior CERO reads.
     """
     if method.allocator == "none":
         return None
@@ -149,27 +185,25 @@ def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndar
         raise ValueError(f"method {method.name!r} samples in rounds ({method.protocol}); its "
                          f"protocol decides the counts, not plan")
     budget = ids.size * n0
-    bounds = dict(n_min=allocator.n_min, n_max=allocator.n_max_for(n0), n0=n0)
+    n_max = method.n_max_factor * n0 if method.n_max_factor else allocator.n_max_for(n0)
+    bounds = dict(n_min=allocator.n_min, n_max=n_max, n0=n0)
+    ready = available is None or bool(np.all(available))
     if method.allocator == "uniform":
         result = uniform(estimates, budget, **bounds)
+    elif not ready:
+        result = replace(uniform(estimates, budget, **bounds), fallback=True)
     elif method.allocator == "reweight":
         result = uniform(estimates, budget, **bounds)
-        if history.estimate(ids)[1].all():
-            result = replace(result, weights=1.0 / kappa(result.p, result.counts))
-        else:
-            result = replace(result, fallback=True)
+        result = replace(result, weights=1.0 / kappa(result.p, result.counts))
     elif method.allocator == "cero":
+        if history is None or state is None:
+            raise ValueError("the cero allocator needs the history and the run's state")
         cero = state.setdefault("cero", CeroAllocator(history.n_prompts))
-        result = cero.plan(ids, *history.posterior(ids), budget, allocator.n_min,
-                           allocator.n_max_for(n0), n0)
+        result = cero.plan(ids, *history.posterior(ids), budget, allocator.n_min, n_max, n0)
     else:
         rule = allocator.rounding if method.allocator == "waterline" else method.allocator
         u_min = allocator.u_min if method.allocator == "waterline" else None
-        options = dict(method=rule, u_min=u_min, **bounds)
-        if method.estimates == "history":
-            result = history.plan(ids, budget, **options)
-        else:
-            result = allocate(estimates, budget, **options)
+        result = allocate(estimates, budget, method=rule, u_min=u_min, **bounds)
     if not method.weighted:
         result = replace(result, weights=(result.counts > 0).astype(float))
     return result

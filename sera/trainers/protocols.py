@@ -13,12 +13,12 @@ prompts and the normalizer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.special import betaln
 
-from sera.allocation import Allocation, from_counts
+from sera.counts import Allocation, from_counts
 
 
 @dataclass
@@ -40,13 +40,29 @@ class Outcome:
 
 
 def one_shot(run, study, ids) -> Outcome:
-    """Plan the batch through the method table, sample once, update on everything sampled."""
+    """Plan the batch through the method table, sample once, update on everything sampled (on
+    the mixed groups only for methods that drop the others, as DARS does)."""
     exact = study.exact_p(ids)
     allocation = run.plan(ids, exact)
     if allocation is None:
         return Outcome(ids, None, exact=exact)
     successes = study.sample(run, ids, allocation.counts)
-    return Outcome(ids, allocation, successes, exact, [(ids, allocation.counts, successes)])
+    outcome = Outcome(ids, allocation, successes, exact, [(ids, allocation.counts, successes)])
+    return mixed_only(outcome) if run.method.drop_uniform_groups else outcome
+
+
+def mixed_only(outcome: Outcome) -> Outcome:
+    """The outcome without its all-0 and all-1 groups (and prompts without rollouts): the update
+    and its normaliser see the mixed groups only; every sampled group stays in `sampled`, for
+    the history and the count of rollouts generated."""
+    counts = outcome.allocation.counts
+    keep = (outcome.successes > 0) & (outcome.successes < counts)
+    allocation = from_counts(outcome.allocation.p[keep], counts[keep], outcome.allocation.n0,
+                             outcome.allocation.method)
+    allocation = replace(allocation, weights=outcome.allocation.weights[keep])
+    exact = outcome.exact[keep] if outcome.exact is not None else None
+    return Outcome(outcome.ids[keep], allocation, outcome.successes[keep], exact,
+                   outcome.sampled)
 
 
 def dynamic_sampling(run, study, ids, factor: int = 3, max_rounds: int = 10) -> Outcome:
@@ -106,7 +122,8 @@ def two_stage(run, study, ids, schedule: str = "hw") -> Outcome:
         sampled.append((ids[more], extra[more], topped))
     estimates = run.history.estimate(ids)[0]
     allocation = from_counts(estimates, pilot_counts + extra, n0, "two-stage")
-    return Outcome(ids, allocation, successes, study.exact_p(ids), sampled)
+    outcome = Outcome(ids, allocation, successes, study.exact_p(ids), sampled)
+    return mixed_only(outcome) if run.method.drop_uniform_groups else outcome
 
 
 def probe_commit(run, study, ids, probe: int = 2, commit_above: float = 0.8,
