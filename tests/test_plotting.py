@@ -188,8 +188,13 @@ def test_comparison_figures_draw():
                 rows.append({"method": method, "seed": seed, "step": step, "metric": "val_pass",
                              "k": 1, "value": 0.1 * step})
     fig = splot.plot_against_budget(pd.DataFrame(rows), "val_pass", k=1)
-    right = fig.axes[1]
-    assert max(line.get_xdata().max() for line in right.get_lines()) == 900  # 3 steps x 300
+    assert len(fig.axes) == 4  # one row per family (rule, sequential), steps and rollouts
+    rights = fig.axes[1::2]
+    assert all(ax.get_xscale() == "log" for ax in rights)
+    assert max(line.get_xdata().max() for ax in rights for line in ax.get_lines()) == 900
+    for ax in fig.axes[::2]:  # SERA in every facet, at most six lines in each
+        names = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "sera" in names and len(names) <= 6
     final = pd.DataFrame([{"method": m, "seed": s, "prompt": q, "p": p}
                           for m, p0 in (("sera", 0.5), ("maxrl", 0.4), ("dapo", 0.6))
                           for s in (0, 1) for q, p in enumerate(np.full(30, p0) + 0.01 * s)])

@@ -44,36 +44,57 @@ def _series(metrics: pd.DataFrame, metric: str, k=None) -> pd.DataFrame:
     return rows
 
 
+FAMILIES = ("rule", "sequential", "estimator", "maxrl")
+"""Facet order of plot_against_budget: one row per family of methods (sera.plotting.STYLES)."""
+
+
+def _facets(methods, references=("sera", "maxrl"), per_row: int = 4) -> list[list[str]]:
+    """Rows of at most per_row methods of one family each, the references (SERA and MaxRL) added
+    to every row so that each facet reads against them."""
+    rows = []
+    others = [m for m in methods if m not in references]
+    for family in FAMILIES:
+        members = [m for m in others if method_style(m).family == family]
+        rows += [members[i:i + per_row] for i in range(0, len(members), per_row)]
+    listed = {m for row in rows for m in row}
+    rest = [m for m in others if m not in listed]  # families outside FAMILIES
+    rows += [rest[i:i + per_row] for i in range(0, len(rest), per_row)]
+    present = [m for m in references if m in methods]
+    return [present + row for row in rows] or [present]
+
+
 @styled
 def plot_against_budget(metrics: pd.DataFrame, metric: str = "val_pass", k: int | None = 1,
                         methods=None, smooth: int = 1, ylabel: str | None = None):
-    """One metric along training per method (mean over seeds), against optimizer steps (left)
-    and against the rollouts generated so far (right): a method that samples more per step
-    shows its cost on the right."""
+    """One metric along training per method (mean over seeds), one row per family of methods
+    (at most six lines a panel, SERA and MaxRL in every row), against optimizer steps (left) and
+    against the rollouts generated so far on a log axis (right): a method that samples more per
+    step shows its cost on the right."""
     rollouts = metrics[metrics["metric"] == "rollouts"].copy()
     rollouts["spent"] = rollouts.sort_values("step").groupby(["method", "seed"])["value"].cumsum()
     spent = rollouts.groupby(["method", "step"])["spent"].mean()
     rows = _series(metrics, metric, k)
     methods = methods or list(dict.fromkeys(rows["method"]))
-    fig, (left, right) = new_figure(ncols=2, width=3.9, height=3.1)
-    for method in methods:
-        series = rows[rows["method"] == method].groupby("step")["value"].mean()
-        if series.empty:
-            continue
-        if smooth > 1:
-            series = series.rolling(smooth, min_periods=1).mean()
-        style = line(method)
-        left.plot(series.index, series.values, label=method_style(method).label, **style)
-        if method in spent.index.get_level_values(0):
-            # evaluations run before the step: read the rollouts spent by the steps before
-            before = spent[method].reindex(series.index - 1).fillna(0).to_numpy()
-            right.plot(before, series.values, **style)
+    facets = _facets(methods)
+    fig, axes = new_figure(ncols=2, nrows=len(facets), width=3.9, height=2.6, squeeze=False)
     label = ylabel or (f"{metric} @ {k}" if k is not None else metric)
-    left.set(xlabel="optimizer step", ylabel=label)
-    right.set(xlabel="rollouts generated", ylabel=label)
-    handles, labels = left.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 5),
-               fontsize=7)
+    for (left, right), members in zip(axes, facets, strict=True):
+        for method in members:
+            series = rows[rows["method"] == method].groupby("step")["value"].mean()
+            if series.empty:
+                continue
+            if smooth > 1:
+                series = series.rolling(smooth, min_periods=1).mean()
+            style = line(method)
+            left.plot(series.index, series.values, label=method_style(method).label, **style)
+            if method in spent.index.get_level_values(0):
+                # evaluations run before the step: read the rollouts spent by the steps before
+                before = spent[method].reindex(series.index - 1).fillna(0).to_numpy()
+                shown = before > 0  # a log axis: the evaluation before any rollout is left out
+                right.plot(before[shown], series.values[shown], **style)
+        left.set(xlabel="optimizer step", ylabel=label)
+        right.set(xlabel="rollouts generated (log)", xscale="log")
+        left.legend(fontsize=7, loc="best")
     return fig
 
 
