@@ -117,6 +117,11 @@ def test_the_student_release_holds_no_solution(tmp_path):
     notebooks = "\n".join(p.read_text() for p in written["student"] if p.suffix == ".ipynb")
     assert "course_solutions" not in student and "BEGIN SOLUTION" not in notebooks
     assert notebooks.count("raise NotImplementedError") == len(course.CHECKS)
+    # Each check cell has a hidden test for grading (nbgrader's markers): instructor copy only.
+    assert "HIDDEN TESTS" not in notebooks and "assert feedback.passed" not in notebooks
+    instructor_notebooks = "\n".join(p.read_text() for p in written["instructor"]
+                                      if p.suffix == ".ipynb")
+    assert instructor_notebooks.count("### BEGIN HIDDEN TESTS") == len(course.CHECKS)
     # The instructor release has every solution, the student one the same files otherwise.
     instructor = "\n".join(path.read_text() for path in written["instructor"])
     assert all(body.strip().splitlines()[-1].strip() in instructor for body in bodies)
