@@ -25,8 +25,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[notebooks,train,dev]"
 	touch $(STAMP)
 
+# Two notebooks side by side, one torch thread each (kernels inherit OMP_NUM_THREADS=1).
 figures: $(STAMP)
-	$(BIN)/python -m sera.notebooks --profile $(PROFILE)
+	$(BIN)/python -m sera.notebooks --profile $(PROFILE) --jobs 2
 
 # A static HTML copy of the course in build/site/ (runs the notebooks first; finished runs are
 # read back).

@@ -319,3 +319,31 @@ def test_every_figure_has_a_one_sentence_takeaway_in_the_gallery(path):
         takeaway = figure.get("takeaway", "")
         assert takeaway.endswith(".") and takeaway.count(". ") == 0, figure["name"]
         assert f"**Take-away:** {takeaway}" in readme, figure["name"]
+
+
+def test_notebooks_run_side_by_side_and_a_failure_is_reported(tmp_path, capsys, monkeypatch):
+    import argparse
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")  # restored afterwards; run_all sets it to 1
+
+    def notebook(name, code):
+        nb = nbformat.v4.new_notebook(cells=[
+            nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("import sys"),
+            nbformat.v4.new_code_cell("profile = 'fast'\nfigures_dir = '.'",
+                                      metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(code)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}
+        nbformat.write(nb, tmp_path / name)
+        return tmp_path / name
+
+    good = notebook("01_good.ipynb", "import os\nprint(os.environ['OMP_NUM_THREADS'])")
+    bad = notebook("02_bad.ipynb", "raise ValueError('boom')")
+    args = argparse.Namespace(jobs=2, profile="fast", figures=tmp_path / "figures",
+                              output=tmp_path / "out")
+    assert runner.run_all([good, bad], args) == 1
+    err = capsys.readouterr().err
+    assert "02_bad.ipynb" in err and "boom" in err
+    executed = nbformat.read(tmp_path / "out" / "01_good.ipynb", as_version=4)
+    cell = next(c for c in executed.cells if "OMP_NUM_THREADS" in c.source)
+    assert cell.outputs[0]["text"].strip() == "1"  # one thread per kernel
