@@ -20,13 +20,13 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path.cwd()
-
-
-def notebooks(folder: Path | None = None) -> list[Path]:
-    """The numbered notebooks, in order."""
-    folder = folder or ROOT / "notebooks"
-    return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+from sera.notebook_files import (  # noqa: F401 (the runner's public names)
+    KEPT_CELL_METADATA,
+    KEPT_NOTEBOOK_METADATA,
+    ROOT,
+    notebooks,
+    strip,
+)
 
 
 def declared_figures(path: Path) -> list[str]:
@@ -63,27 +63,6 @@ def run_notebook(path: Path, profile: str = "fast", figures: Path | None = None,
         raise RuntimeError(f"{path.name} ran but did not write {', '.join(missing)} "
                            f"into {figures}")
     return time.perf_counter() - start
-
-
-# What a stored notebook may keep: outputs, execution counts and editor metadata go.
-KEPT_NOTEBOOK_METADATA = {"kernelspec", "language_info", "sera"}
-KEPT_CELL_METADATA = {"tags"}
-
-
-def strip(path: Path) -> bool:
-    """Remove outputs, execution counts and machine-specific metadata in place (what JupyterLab
-    saves while a notebook is used); True when the file changed."""
-    before = path.read_text()
-    nb = nbformat.reads(before, as_version=4)
-    nb.metadata = {k: v for k, v in nb.metadata.items() if k in KEPT_NOTEBOOK_METADATA}
-    for cell in nb.cells:
-        cell.metadata = {k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA}
-        if cell.cell_type == "code":
-            cell.outputs, cell.execution_count = [], None
-    after = nbformat.writes(nb) + "\n"
-    if after != before:
-        path.write_text(after)
-    return after != before
 
 
 def executed_copy(path: Path, executed: Path):

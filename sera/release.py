@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from sera.notebooks import notebooks, strip
+from sera.notebook_files import notebooks, strip
 
 ROOT = Path.cwd()
 _SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*\n?",
