@@ -26,6 +26,9 @@ from sera.counts import from_counts
 
 KNAPSACK_ALPHA = 0.9
 """Knapsack RL's confidence level in its cost rule: cost = log(1 - alpha) / log(max(p, 1 - p))."""
+PROGRAMME_LIMIT = 50_000_000
+"""Above this many table entries (prompts x budget x extra rollouts) the knapsack programme's
+optimum is taken by marginal gains instead (a few seconds of table at the limit)."""
 
 
 def knapsack(p, budget: int, n_min: int, n_max: int, n0: float) -> np.ndarray:
@@ -70,7 +73,11 @@ def knapsack(p, budget: int, n_min: int, n_max: int, n0: float) -> np.ndarray:
     if expected < rest and others.size:
         counts[others] += _even_split(rest - expected, others.size)
         rest = expected
-    extra, left = _knapsack_programme(rates, rest, n_min, n_max - n_min)
+    room = n_max - n_min
+    if rates.size * min(rest, rates.size * room) * room <= PROGRAMME_LIMIT:
+        extra, left = _knapsack_programme(rates, rest, n_min, room)
+    else:
+        extra, left = _knapsack_greedy(p[items], rest, n_min, room)
     counts[items] += extra
     if left:  # more than the programme can place: evenly over its prompts, as the original
         counts[items] += _even_split(left, items.size)
@@ -105,6 +112,21 @@ def _knapsack_programme(rates: np.ndarray, budget: int, n_min: int, room: int):
         extra[i] = choices[i, w]
         w -= extra[i]
     return extra, budget - usable
+
+
+def _knapsack_greedy(p: np.ndarray, budget: int, n_min: int, room: int):
+    """The programme's optimum by marginal gains, for batches too large for its table: with 0 for
+    no extra rollouts the value of k extra is still concave in k (the first increment is
+    V(n_min + 1) >= V(n_min + 2) - V(n_min + 1), V being concave and >= 0), so the largest
+    increments give the same total; only ties between equal prompts may be broken differently."""
+    usable = min(budget, p.size * room)
+    m = np.arange(n_min, n_min + room + 1, dtype=float)  # n_min, n_min + 1, ..., n_max
+    q = p[:, None]
+    with np.errstate(under="ignore"):
+        value = (-np.expm1(m * np.log1p(-q)) - np.exp(m * np.log(q))) * q * (1 - q) ** 2
+    gains = np.diff(value, axis=1)
+    gains[:, 0] = value[:, 1]  # no extra rollouts is worth 0, one extra its full value
+    return largest_gains(gains, usable), budget - usable
 
 
 def _capped(counts: np.ndarray, n_max: int) -> np.ndarray:

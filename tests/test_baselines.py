@@ -214,3 +214,18 @@ def test_rl2ml_expectation_is_its_weight_times_grad_p(alpha, p, n):
 def test_rl2ml_rejects_non_binary_rewards():
     with pytest.raises(ValueError, match="binary rewards"):
         sera.rl2ml_advantages([0.5, 1.0], sizes=[2])
+
+
+def test_large_batches_reach_the_programmes_total_by_marginal_gains():
+    rng = np.random.default_rng(2)
+    for _ in range(40):
+        b, room = int(rng.integers(2, 12)), int(rng.integers(2, 30))
+        p = rng.uniform(0.01, 0.99, b)
+        rates = p.astype(np.float32)
+        budget = int(rng.integers(0, b * room + 1))
+        table, _ = baselines._knapsack_programme(rates, budget, 2, room)
+        greedy, left = baselines._knapsack_greedy(p, budget, 2, room)
+        assert left == 0 and greedy.sum() == budget and greedy.max() <= room
+        assert _scored(rates, greedy) == pytest.approx(_scored(rates, table), rel=1e-5)
+    big = sera.allocate(rng.uniform(0, 1, 100_000), 800_000, 2, 64, method="knapsack").counts
+    assert big.sum() == 800_000 and big.min() >= 2 and big.max() <= 64
