@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import NullFormatter
 
 from sera.allocation import allocate
 from sera.plotting.style import line, method_style, new_figure, styled
@@ -94,6 +95,7 @@ def plot_against_budget(metrics: pd.DataFrame, metric: str = "val_pass", k: int 
                 right.plot(before[shown], series.values[shown], **style)
         left.set(xlabel="optimizer step", ylabel=label)
         right.set(xlabel="rollouts generated (log)", xscale="log")
+        right.xaxis.set_minor_formatter(NullFormatter())  # labels at the powers of ten only
         left.legend(fontsize=7, loc="best")
     return fig
 
