@@ -15,7 +15,13 @@ import numpy as np
 
 from sera import _checks
 from sera.baselines import RULES
-from sera.counts import WATERLINE, Allocation, assemble, from_counts  # noqa: F401 (public)
+from sera.counts import (  # noqa: F401 (Allocation, from_counts: public here too)
+    WATERLINE,
+    Allocation,
+    assemble,
+    even_split,
+    from_counts,
+)
 from sera.safeguard import largest_observable_prefix
 from sera.waterfill import hazard, round_exact, round_paper, solve
 
@@ -71,17 +77,11 @@ def waterline(p, budget, n_min=2, n_max=None) -> Waterline:
     return Waterline(solution.counts, solution.lam)
 
 
-def _uniform_counts(n_prompts: int, budget: int) -> np.ndarray:
-    counts = np.full(n_prompts, budget // n_prompts, dtype=np.int64)
-    counts[: budget % n_prompts] += 1
-    return counts
-
-
 def _counts(p, budget, lo, hi, method, n0=None):
     """Integer counts, continuous counts and lam of `method` for one retained set of prompts
     (n0: the uniform count, for DARS)."""
     if method == "uniform":
-        counts = _uniform_counts(p.size, budget)
+        counts = even_split(budget, p.size)
         return counts, counts.astype(float), math.nan
     if method in RULES:
         counts = RULES[method](p, budget, lo, hi, n0 if n0 is not None else budget / p.size)

@@ -22,7 +22,7 @@ from functools import partial
 
 import numpy as np
 
-from sera.counts import from_counts
+from sera.counts import even_split, from_counts
 
 KNAPSACK_ALPHA = 0.9
 """Knapsack RL's confidence level in its cost rule: cost = log(1 - alpha) / log(max(p, 1 - p))."""
@@ -58,10 +58,9 @@ def knapsack(p, budget: int, n_min: int, n_max: int, n0: float) -> np.ndarray:
         return counts
     if items.size == 0:
         if zeros.size:
-            counts[zeros] += _even_split(rest, zeros.size)
+            counts[zeros] += even_split(rest, zeros.size)
         else:
-            counts = np.full(p.size, budget // p.size, dtype=np.int64)
-            counts[: budget % p.size] += 1
+            counts = even_split(budget, p.size)
         return _capped(counts, n_max)
     rates = p[items].astype(np.float32)
     # p within 1e-16 of 0 or 1 makes the log 0 (the original raises there): its cost is infinite
@@ -71,7 +70,7 @@ def knapsack(p, budget: int, n_min: int, n_max: int, n0: float) -> np.ndarray:
     expected = int(np.floor(np.minimum(float(n_max), cost)).sum())
     others = zeros if zeros.size else np.setdiff1d(np.arange(p.size), items)
     if expected < rest and others.size:
-        counts[others] += _even_split(rest - expected, others.size)
+        counts[others] += even_split(rest - expected, others.size)
         rest = expected
     room = n_max - n_min
     if rates.size * min(rest, rates.size * room) * room <= PROGRAMME_LIMIT:
@@ -80,7 +79,7 @@ def knapsack(p, budget: int, n_min: int, n_max: int, n0: float) -> np.ndarray:
         extra, left = _knapsack_greedy(p[items], rest, n_min, room)
     counts[items] += extra
     if left:  # more than the programme can place: evenly over its prompts, as the original
-        counts[items] += _even_split(left, items.size)
+        counts[items] += even_split(left, items.size)
     return _capped(counts, n_max)
 
 
@@ -138,7 +137,7 @@ def _capped(counts: np.ndarray, n_max: int) -> np.ndarray:
     counts = np.minimum(counts, n_max)
     while overflow:
         room = np.flatnonzero(counts < n_max)
-        share = np.minimum(_even_split(overflow, room.size), n_max - counts[room])
+        share = np.minimum(even_split(overflow, room.size), n_max - counts[room])
         counts[room] += share
         overflow -= int(share.sum())
     return counts
@@ -186,12 +185,6 @@ class CeroAllocator:
         self.cumulative[ids] += counts
         return from_counts(a / (a + b), counts, n0, "cero")
 
-
-def _even_split(extra: int, size: int) -> np.ndarray:
-    """extra rollouts over size prompts as evenly as possible (the first get one more)."""
-    share = np.full(size, extra // size, dtype=np.int64)
-    share[: extra % size] += 1
-    return share
 
 
 def proportional(weights: np.ndarray, budget: int, lo: int, hi: int) -> tuple[np.ndarray,

@@ -16,6 +16,14 @@ from sera.fidelity import kappa
 WATERLINE = ("paper", "exact")
 
 
+def even_split(total: int, size: int) -> np.ndarray:
+    """total rollouts over size prompts as evenly as possible: total // size each, the first
+    total % size one more."""
+    share = np.full(size, total // size, dtype=np.int64)
+    share[: total % size] += 1
+    return share
+
+
 @dataclass(frozen=True)
 class Allocation:
     """An integer allocation of a fixed rollout budget over a batch of prompts.

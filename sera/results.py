@@ -124,6 +124,17 @@ def seed_gains(final: pd.DataFrame, treatment: str = "sera", control: str = "max
     return pd.DataFrame(rows, columns=[*by, "k", "seed", "gain", "prompts"])
 
 
+def t_half_width(sd, n, confidence: float = 0.95):
+    """Half-width of the Student-t interval of a mean of n values with standard deviation sd
+    (n - 1 degrees of freedom); NaN where n < 2. Vectorised over sd and n."""
+    from scipy import stats
+
+    n = np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = stats.t.ppf(0.5 + confidence / 2, np.maximum(n - 1, 1)) * sd / np.sqrt(n)
+    return np.where(n >= 2, half, np.nan)
+
+
 def paired_gain(final: pd.DataFrame, treatment: str = "sera", control: str = "maxrl",
                 by=("agg",), ks=None, n_resamples: int | None = None, seed: int | None = None,
                 confidence: float = 0.95) -> pd.DataFrame:
@@ -143,8 +154,6 @@ def paired_gain(final: pd.DataFrame, treatment: str = "sera", control: str = "ma
     Columns: by..., k, gain, low, high, sd (of the per-seed differences), seeds, pairs,
     per_seed (tuple of the per-seed differences in seed order), note.
     """
-    from scipy import stats
-
     confidence = _checks.real(confidence, "confidence", 0.0, 1.0, low_open=True)
     per_seed = seed_gains(final, treatment, control, by, ks)
     by = [c for c in by if c in final.columns]
@@ -158,7 +167,7 @@ def paired_gain(final: pd.DataFrame, treatment: str = "sera", control: str = "ma
         low = high = np.nan
         note = ""
         if n >= 3:
-            half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / np.sqrt(n)
+            half = t_half_width(sd, n, confidence)
             low, high = gains.mean() - half, gains.mean() + half
         else:
             note = f"{n} seed{'s' if n != 1 else ''}: no interval over training runs (needs 3)"

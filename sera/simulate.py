@@ -37,6 +37,8 @@ from scipy.special import expit, logit
 
 from sera import _checks
 from sera.fidelity import kappa
+from sera.passk import pass_at_k_analytic
+from sera.results import t_half_width
 from sera.trainers import loop
 from sera.trainers.config import RunConfig
 
@@ -128,7 +130,7 @@ class SimulatedStudy:
     def evaluate(self, run: loop.Run) -> None:
         p = self.p
         for k in self.config.ks:
-            run.log("val_pass", float(-np.expm1(k * np.log1p(-p)).mean()), k)
+            run.log("val_pass", float(pass_at_k_analytic(p, k).mean()), k)
 
     def finish(self, run: loop.Run) -> pd.DataFrame:
         return pd.DataFrame({"prompt": np.arange(self.n_prompts), "p": self.p})
@@ -197,8 +199,6 @@ def predicted_gain(table: pd.DataFrame, treatment: str = "sera", control: str = 
     """treatment - control Pass@K per (n0, step, k), paired by seed (the same seed starts both
     methods from the same profile), with a Student-t interval over the repetitions; beside it
     each method's budget share on prompts near p = 0 and mixed groups per step."""
-    from scipy import stats
-
     keys = ["n0", "seed", "step", "k"]
     a = table[table["method"] == treatment].set_index(keys)["pass@k"]
     b = table[table["method"] == control].set_index(keys)["pass@k"]
@@ -206,8 +206,7 @@ def predicted_gain(table: pd.DataFrame, treatment: str = "sera", control: str = 
     diff = (a.loc[common] - b.loc[common]).rename("gain").reset_index()
     grouped = diff.groupby(["n0", "step", "k"])["gain"]
     out = grouped.agg(gain="mean", sd="std", runs="size").reset_index()
-    t = stats.t.ppf(0.5 + confidence / 2, np.maximum(out["runs"] - 1, 1))
-    half = np.where(out["runs"] > 1, t * out["sd"] / np.sqrt(out["runs"]), np.nan)
+    half = t_half_width(out["sd"].to_numpy(), out["runs"].to_numpy(), confidence)
     out["low"], out["high"] = out["gain"] - half, out["gain"] + half
     diagnostics = table.groupby(["method", "n0", "step", "k"])[
         ["zero_share", "mixed_groups"]].mean()
