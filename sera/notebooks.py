@@ -21,7 +21,6 @@ from pathlib import Path
 import nbformat
 
 from sera.notebook_files import (  # noqa: F401 (the runner's public names)
-    KEPT_CELL_METADATA,
     KEPT_NOTEBOOK_METADATA,
     ROOT,
     notebooks,
@@ -176,7 +175,7 @@ def build_site(executed: Path | None = None, output: Path | None = None,
     (RuntimeError naming it and the command). Returns the written pages."""
     from nbconvert import HTMLExporter
 
-    from sera.release import student_cell
+    from sera.release import student_notebook
 
     source = source or ROOT / "notebooks"
     executed = executed or ROOT / "build" / "notebooks"
@@ -191,7 +190,7 @@ def build_site(executed: Path | None = None, output: Path | None = None,
         pages[-1].write_text(_page(exporter, nb))
     for path in notebooks(source / "exercises"):
         nb = nbformat.read(path, as_version=4)  # as students get it: no solutions
-        nb.cells = [student_cell(cell) for cell in nb.cells]
+        student_notebook(nb)
         pages.append(output / "exercises" / f"{path.stem}.html")
         pages[-1].write_text(_page(exporter, nb))
     for name, page in (("README.md", "index.html"), ("NOTATION.md", "NOTATION.html")):

@@ -22,15 +22,18 @@ from pathlib import Path
 
 import nbformat
 
-from sera.notebook_files import notebooks, strip
+from sera.notebook_files import ROOT, notebooks, strip
 
-ROOT = Path.cwd()
 _SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*\n?",
                        re.M | re.S)
 _HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
                      re.M | re.S)
-MARKERS = ("### BEGIN SOLUTION", "### END SOLUTION", "### BEGIN HIDDEN TESTS",
-           "### END HIDDEN TESTS")
+
+
+def student_notebook(nb):
+    """The notebook as the student gets it, in place: every cell through student_cell."""
+    nb.cells = [student_cell(cell) for cell in nb.cells]
+    return nb
 
 
 def student_cell(cell):
@@ -78,7 +81,7 @@ def release(output: Path, source: Path | None = None) -> dict[str, list[Path]]:
         for path in [*notebooks(source), *notebooks(source / "exercises")]:
             nb = nbformat.read(path, as_version=4)
             if kind == "student":
-                nb.cells = [student_cell(cell) for cell in nb.cells]
+                student_notebook(nb)
             dest = target / path.relative_to(source)
             nbformat.write(nb, dest)
             strip(dest)

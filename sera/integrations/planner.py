@@ -6,15 +6,15 @@ hooks and call a `Planner` for the plan, the record, the epoch fold and the chec
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 
 import numpy as np
 
 from sera.allocation import Allocation
+from sera.estimators import maxrl_advantages, multiplicity_weights
 from sera.trainers import methods
-from sera.trainers.config import AllocatorConfig
+from sera.trainers.config import AllocatorConfig, as_dict, differences
 
 HISTORY_FILE = "sera_history.json"
 
@@ -142,7 +142,7 @@ class Planner:
                    for k, v in self.history.state_dict().items()}
         return {"history": history, "n_prompts": self.n_prompts, "n0": self.n0,
                 "planned": self.planned, "prompts_per_epoch": self.prompts_per_epoch,
-                "allocator": dataclasses.asdict(self.allocator)}
+                "allocator": as_dict(self.allocator)}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from `state_dict()`'s output, refusing a history of another training set or
@@ -152,10 +152,9 @@ class Planner:
             raise ValueError(f"the saved history covers n_prompts = {saved} prompts, the training "
                              f"set has {self.n_prompts}; resume with the same training set (after "
                              f"the same filtering) or start a new history")
-        mine = dataclasses.asdict(self.allocator)
-        theirs = {k: tuple(v) if isinstance(v, list) else v
-                  for k, v in state.get("allocator", mine).items()}
-        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        mine = as_dict(self.allocator)
+        theirs = state.get("allocator", mine)
+        differ = differences(theirs, mine)
         if differ:
             raise ValueError(
                 "the saved history was kept with another allocator: "
@@ -184,3 +183,20 @@ class Planner:
                                     f"resume from a checkpoint the plug-in wrote, or start anew")
         with open(path) as f:
             self.load_state_dict(json.load(f))
+
+
+def grouped_weighted_maxrl(rewards, groups, keep, n0: float | None = None) -> np.ndarray:
+    """SERA's advantage of each response: MaxRL over the kept responses of its group (its
+    prompt) times n0 / (their number); 0 for a response not kept. n0 None: the mean number of
+    kept responses per group (what the plan's budget gives per prompt). Both plug-ins score with
+    it: TRL keeps the scored responses, verl the responses of planned prompts."""
+    rewards = np.asarray(rewards, dtype=float)
+    keep = np.asarray(keep, dtype=bool)
+    advantages = np.zeros(rewards.size)
+    if keep.any():
+        _, inverse = np.unique(np.asarray(groups)[keep], return_inverse=True)
+        sizes = np.bincount(inverse)
+        n0 = keep.sum() / sizes.size if n0 is None else n0
+        advantages[keep] = (maxrl_advantages(rewards[keep], groups=inverse)
+                            * multiplicity_weights(sizes, n0)[inverse])
+    return advantages

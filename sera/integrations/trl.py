@@ -52,8 +52,7 @@ import trl
 from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOTrainer
 
-from sera.estimators import maxrl_advantages, multiplicity_weights
-from sera.integrations.planner import HISTORY_FILE, Planner
+from sera.integrations.planner import HISTORY_FILE, Planner, grouped_weighted_maxrl
 from sera.trainers.config import AllocatorConfig
 
 TRL_VERSION = "1.16.0"
@@ -87,13 +86,7 @@ def weighted_maxrl(rewards: np.ndarray, counts: np.ndarray, n0: int) -> np.ndarr
     """
     rewards = np.asarray(rewards, dtype=float)
     groups = np.repeat(np.arange(len(counts)), counts)
-    scored = ~np.isnan(rewards)
-    advantages = np.zeros(rewards.size)
-    if scored.any():
-        _, inverse = np.unique(groups[scored], return_inverse=True)
-        weights = multiplicity_weights(np.bincount(inverse), n0)[inverse]
-        advantages[scored] = maxrl_advantages(rewards[scored], groups=inverse) * weights
-    return advantages
+    return grouped_weighted_maxrl(rewards, groups, ~np.isnan(rewards), n0)
 
 
 class SeraGRPOTrainer(GRPOTrainer):

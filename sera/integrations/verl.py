@@ -48,8 +48,7 @@ from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
-from sera.estimators import maxrl_advantages, multiplicity_weights
-from sera.integrations.planner import Planner
+from sera.integrations.planner import Planner, grouped_weighted_maxrl
 from sera.trainers.config import AllocatorConfig
 
 VERL_VERSION = "0.9.1"
@@ -113,15 +112,7 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
     real = ~np.char.startswith(uids, PAD_PREFIX)
     if _planned is not None:
         real &= np.array([u in _planned for u in uids], dtype=bool)
-    values = torch.zeros(scores.shape[0], dtype=torch.float64)
-    if real.any():
-        _, groups = np.unique(uids[real], return_inverse=True)
-        sizes = np.bincount(groups)
-        weights = multiplicity_weights(sizes, n0=real.sum() / sizes.size)[groups]
-        advantages = maxrl_advantages(scores[torch.as_tensor(real)],
-                                      groups=torch.as_tensor(groups))
-        values[torch.as_tensor(real)] = advantages * torch.as_tensor(weights,
-                                                                     dtype=torch.float64)
+    values = torch.as_tensor(grouped_weighted_maxrl(scores.numpy(), uids, real))
     per_token = values.to(token_level_rewards.dtype)[:, None] * response_mask
     return per_token, per_token
 

@@ -17,7 +17,6 @@ import dataclasses
 import sys
 from dataclasses import dataclass
 
-from sera import models
 from sera.tasks.maze import MazeTask
 from sera.trainers import sequence
 from sera.trainers.config import AllocatorConfig
@@ -56,7 +55,7 @@ def build(config: MazeConfig) -> sequence.SequenceStudy:
     """The task, the warmed-up tiny decoder and the study that continues from it."""
     task = MazeTask(config.size, config.n_train, config.n_val, config.data_seed)
     model = sequence.tiny_decoder(config, task)
-    return sequence.SequenceStudy(config, task, model.to(models.device(config.device)))
+    return sequence.SequenceStudy(config, task, model)
 
 
 if __name__ == "__main__":

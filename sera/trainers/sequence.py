@@ -253,7 +253,7 @@ def warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, setti
     stamp = folder / "warmup.json"
     saved = json.loads(stamp.read_text()) if stamp.exists() else None
     if saved is not None and saved["settings"] == settings:
-        return load_decoder(folder), saved["rows"]
+        return load_decoder(folder).to(device(config.device)), saved["rows"]
     torch.manual_seed(settings.get("seed", 0))
     model = build_model().to(device(config.device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.warmup_lr)
