@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM)/.installed
 SCALE := .venv-scale
 SCALE_STAMP := $(SCALE)/.installed
 
-.PHONY: gpu-check gpu-check-cpu gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
+.PHONY: study gpu-check gpu-check-cpu gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -26,8 +26,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Two notebooks side by side, one torch thread each (kernels inherit OMP_NUM_THREADS=1).
-figures: $(STAMP)
-	$(BIN)/python -m sera.notebooks --profile $(PROFILE) --jobs 2
+# PROFILE=study first runs (or resumes) the stored long runs (`make study`), then the notebooks'
+# fast profile, whose stored-results sections read them.
+figures: $(STAMP) $(if $(filter study,$(PROFILE)),study)
+	$(BIN)/python -m sera.notebooks --profile $(if $(filter study,$(PROFILE)),fast,$(PROFILE)) \
+		--jobs 2
+
+# The confirmation runs of notebook 08's regime map (hours on two cores; resumable): every run's
+# tables land in data/study/<point>/ with their provenance as it finishes.
+study: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m sera.confirm run
 
 # A static HTML copy of the course in build/site/ (runs the notebooks first; finished runs are
 # read back).

@@ -103,7 +103,8 @@ def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=None
     method: "paper" (waterline, floor, then the smallest one-increment fidelity errors),
         "exact" (the lexicographically max-min integer allocation), "uniform" (budget / B each),
         or a rule SERA is compared with (sera.baselines): "knapsack", "gvm", "dars-hw",
-        "dars-et". Every method meets the budget and the bounds exactly.
+        "dars-et". Every method meets the budget exactly and the bounds too, except "gvm",
+        which has none (as its authors' code: p = 0 gets 0 rollouts).
     n0: reference count of the multiplicity weights n0 / N_q; defaults to budget / len(p).
     u_min: the observability safeguard (waterline and uniform methods). Prompts are ranked by
         U(p, n_max), highest first, and the largest capacity-feasible prefix whose prompts all

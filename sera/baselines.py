@@ -265,8 +265,22 @@ def dars_weights(p: np.ndarray, n0: float, schedule: str) -> np.ndarray:
 
 
 def gvm(p, budget: int, n_min: int, n_max: int, n0: float) -> np.ndarray:
-    """GVM-RAFT's counts: proportional to gvm_weights within the bounds."""
-    return proportional(gvm_weights(np.asarray(p, dtype=float)), budget, n_min, n_max)[0]
+    """GVM-RAFT's counts as its stage-2 script computes them, every gradient norm taken as 1:
+    shares gvm_weights / their sum times the budget, rounded to the nearest integer, and the
+    rounding error moved one rollout at a time to the prompts with the largest residuals (those
+    rounded down most when rollouts are missing, up most when there are too many). GVM has no
+    bounds: n_min and n_max are not used, and p = 0 gets 0. When every p is 0 (the original
+    divides by zero) the budget is split evenly."""
+    weights = gvm_weights(np.asarray(p, dtype=float))
+    if weights.sum() == 0:
+        return even_split(budget, weights.size)
+    scaled = weights / weights.sum() * budget
+    counts = np.round(scaled).astype(np.int64)
+    error = budget - int(counts.sum())
+    if error:
+        residuals = scaled - counts
+        counts[np.argsort(-residuals if error > 0 else residuals)[:abs(error)]] += np.sign(error)
+    return counts
 
 
 def dars(p, budget: int, n_min: int, n_max: int, n0: float, schedule: str) -> np.ndarray:

@@ -95,15 +95,13 @@ def assemble(p, kept, counts_kept, continuous_kept, lam, fallback, method, n0) -
         continuous = np.zeros(p.size)
         counts[kept] = counts_kept
         continuous[kept] = continuous_kept
-    retained = counts > 0
-    if isinstance(kept, slice):
-        weights = np.divide(n0, counts)
-    else:
-        weights = np.divide(n0, counts, out=np.zeros(p.size), where=retained)
+    retained = counts > 0  # a rule may give a prompt nothing (GVM at p = 0, the safeguard)
+    weights = np.divide(n0, counts, out=np.zeros(p.size), where=retained)
     if method in WATERLINE:
         level = -math.expm1(-lam)
-    else:  # no water level: the smallest fidelity in the batch
-        level = float(kappa(p[kept], counts_kept).min(initial=np.inf)) if counts.size else math.nan
+    else:  # no water level: the smallest fidelity among the prompts that got rollouts
+        level = (float(kappa(p[retained], counts[retained]).min()) if retained.any()
+                 else math.nan)
     return Allocation(p=p, counts=counts, weights=weights, retained=retained, level=level,
                       lam=float(lam), continuous=continuous, fallback=fallback, method=method,
                       n0=float(n0))

@@ -255,15 +255,8 @@ def measure_profiles(samples: int = 32, out=PROFILES_FILE, progress: bool = True
         for name, module in (("maze", maze), ("math", math)):
             config = dataclasses.replace(module.PRESETS["fast"], out=f"{folder}/{name}",
                                          device="cpu", progress=progress)
-            study = module.build(config)
-            prompts = study.task.train_prompts
-            counts = np.full(len(prompts), samples)
-            responses = study.engine.generate(prompts, counts, study.training, seed=0)
-            owner = np.repeat(np.arange(len(prompts)), samples)
-            rewards = np.array([study.task.reward("train", int(q), r)
-                                for q, r in zip(owner, responses, strict=True)])
-            p = np.bincount(owner, rewards, len(prompts)) / samples
-            parts.append(pd.DataFrame({"study": name, "prompt": np.arange(len(prompts)),
+            p = measure_profile(config, module.build, samples)
+            parts.append(pd.DataFrame({"study": name, "prompt": np.arange(p.size),
                                        "p": p, "samples": samples}))
     table = pd.concat(parts, ignore_index=True)
     header = (f"# Difficulty profiles: each training prompt's success probability under the "
@@ -273,6 +266,20 @@ def measure_profiles(samples: int = 32, out=PROFILES_FILE, progress: bool = True
               f"{time.strftime('%Y-%m-%d')}\n")
     Path(out).write_text(header + table.to_csv(index=False))
     return table
+
+
+def measure_profile(config, build, samples: int = 32) -> np.ndarray:
+    """Each training prompt's success probability under a sequence study's starting model (its
+    warm-up, trained first if missing), estimated from `samples` rollouts per prompt at the
+    training temperature. `build` is the task module's (e.g. sera.trainers.math.build)."""
+    study = build(config)
+    prompts = study.task.train_prompts
+    counts = np.full(len(prompts), samples)
+    responses = study.engine.generate(prompts, counts, study.training, seed=0)
+    owner = np.repeat(np.arange(len(prompts)), samples)
+    rewards = np.array([study.task.reward("train", int(q), r)
+                        for q, r in zip(owner, responses, strict=True)])
+    return np.bincount(owner, rewards, len(prompts)) / samples
 
 
 def main(argv=None) -> int:

@@ -33,8 +33,45 @@ def test_every_rule_meets_budget_and_bounds(p, n_min, width, method, data):
     budget = data.draw(st.integers(p.size * n_min, p.size * n_max))
     result = sera.allocate(p, budget, n_min, n_max, method=method)
     assert result.counts.sum() == budget
+    kept = result.retained
+    np.testing.assert_allclose(result.counts[kept] * result.weights[kept], budget / p.size)
+    if method == "gvm":  # no bounds, as its authors' code; p = 0 gets nothing
+        assert result.counts.min() >= 0
+        if (p > 0).any():
+            assert (result.counts[p == 0] == 0).all()
+        return
     assert result.counts.min() >= n_min and result.counts.max() <= n_max
-    np.testing.assert_allclose(result.counts * result.weights, budget / p.size)
+
+
+@pytest.mark.parametrize("p, budget, expected", [
+    # worked by hand from GVM's stage-2 script (alpha 1e-3, beta 2, gradient norms 1):
+    # weights 0, 1.4114, 2.2086, 1.0534 (sum 4.6734) -> 0, 4.832, 7.561, 3.607 -> rounded
+    # 0, 5, 8, 4 = 17: one too many, taken from the most rounded-up (residual -0.439)
+    ([0.0, 0.5, 0.2, 0.9], 16, [0, 5, 7, 4]),
+    # 1/sqrt(0.1 + 0.01) = 3.015 twice -> 8, 8; no bounds: nothing for the p = 0 prompt
+    ([0.1, 0.1, 0.0], 16, [8, 8, 0]),
+    # p = 1 keeps a weight (1/sqrt(1.001)); only p = 0 gets nothing
+    ([1.0, 0.0], 10, [10, 0]),
+    # every p = 0: the original divides by zero; here an even split
+    ([0.0, 0.0, 0.0], 12, [4, 4, 4]),
+])
+def test_gvm_follows_its_authors_script(p, budget, expected):
+    np.testing.assert_array_equal(sera.allocate(p, budget, 2, 32, method="gvm").counts, expected)
+
+
+def test_dars_top_ups_follow_the_schedules():
+    from sera.trainers.protocols import dars_extra
+
+    # shared/ALLOCATORS.md's batch: DARS-ET with N0 = 8, N_max 32 gives 133 rollouts in all
+    totals = 8 + dars_extra(BATCH, 8, 32, "et")
+    np.testing.assert_array_equal(totals, [32, 32, 23, 13, 9, 8, 8, 8])
+    assert totals.sum() == 133
+    # HW at a = 0.2: S = 0.32, ceil((0.8 * 8 - 8 * 0.32) / 0.32) = 12 more, N0 / (2a) = 20 in all;
+    # a = 0 is read as 0.5 / 8: ceil((7.5 - 8 S) / S) = 56, capped at N_max - N0 = 56; a >= 1/2
+    # gets nothing
+    np.testing.assert_array_equal(dars_extra(np.array([0.2, 0.0, 0.5, 1.0]), 8, 64, "hw"),
+                                  [12, 56, 0, 0])
+    np.testing.assert_array_equal(dars_extra(np.array([0.0]), 8, 40, "hw"), [32])
 
 
 def _original_knapsack(rates, n, min_n, max_n, alpha=0.9):

@@ -165,10 +165,15 @@ def test_each_start_records_threads_and_the_cpus_instruction_set(tmp_path):
     loop.fit(Coins(dataclasses.replace(config, steps=6), P))  # resumed for two more steps
     lines = (tmp_path / "run" / "provenance.jsonl").read_text().splitlines()
     records = [json.loads(line) for line in lines]
-    assert [r["step"] for r in records] == [0, 4]
-    for record in records:
+    starts = [r for r in records if not r.get("finished")]
+    assert [r["step"] for r in starts] == [0, 4]
+    for record in starts:
         assert record["torch_threads"] >= 1 and record["cpu_capability"]
-        assert {"torch", "numpy", "machine"} <= set(record)
+        assert {"torch", "numpy", "machine", "commit", "command", "time"} <= set(record)
+    # the first start ran 4 steps and finished; the resumed one ran 2 more and finished again
+    ends = [r for r in records if r.get("finished")]
+    assert [(r["step"], r["steps_run"]) for r in ends] == [(4, 4), (6, 2)]
+    assert all(r["wall_s"] >= 0 for r in ends)
 
 
 def test_dars_updates_on_mixed_groups_only_and_the_history_sees_every_group(tmp_path):

@@ -29,16 +29,21 @@ def test_every_method_plans_the_budget_from_its_own_estimates():
             assert allocation is None
             continue
         cap = (method.n_max_factor or 8) * 8
-        assert allocation.counts.sum() == 64 and allocation.counts.min() >= 2, method.name
-        assert allocation.counts.max() <= cap, method.name
+        assert allocation.counts.sum() == 64, method.name
+        if method.allocator == "gvm":  # no bounds (its authors' code): the p = 0 prompts get 0
+            assert (allocation.counts[allocation.p == 0] == 0).all()
+        else:
+            assert allocation.counts.min() >= 2, method.name
+            assert allocation.counts.max() <= cap, method.name
         if method.allocator in ("uniform", "reweight"):
             assert (allocation.counts == 8).all()
         if method.allocator == "reweight":
             np.testing.assert_allclose(allocation.weights, 1 / sera.kappa(allocation.p, 8))
         elif not method.weighted:
-            assert (allocation.weights == 1).all()
+            assert (allocation.weights[allocation.retained] == 1).all()
         else:
-            np.testing.assert_allclose(allocation.counts * allocation.weights, 8.0)
+            kept = allocation.retained
+            np.testing.assert_allclose(allocation.counts[kept] * allocation.weights[kept], 8.0)
         if method.estimates == "exact":
             np.testing.assert_allclose(allocation.p, exact)
         elif method.estimator == "last-epoch":  # the raw rates k/4, 0 and 1 included
@@ -53,7 +58,7 @@ def test_every_method_plans_the_budget_from_its_own_estimates():
 
 def test_the_baselines_see_zero_and_one_where_the_smoothed_estimate_cannot():
     # after one epoch of 8 failures, Knapsack RL's rule gives the prompt n_min (its authors'
-    # code: 2) and GVM's gives it nothing beyond n_min; the smoothed estimate is never 0
+    # code: 2) and GVM's gives it nothing, as their code does; the smoothed estimate is never 0
     history = AllocatorConfig().history(4)
     history.record_groups(np.arange(4), [0, 2, 4, 8], np.full(4, 8))
     history.end_epoch()
@@ -64,7 +69,7 @@ def test_the_baselines_see_zero_and_one_where_the_smoothed_estimate_cannot():
         np.testing.assert_allclose(p, [0, 0.25, 0.5, 1])
         counts = plan(method, AllocatorConfig(), 8, ids, p, available).counts
         assert counts.sum() == 32
-        assert counts[0] == 2 if name == "gvm" else counts[0] >= 2
+        assert counts[0] == 0 if name == "gvm" else counts[0] >= 2
     assert estimate(METHODS["sera"], history, ids)[0].min() > 0
 
 

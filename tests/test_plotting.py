@@ -287,3 +287,22 @@ def test_the_sera_variants_are_told_apart():
     arms = [_style("sera"), _style("sera-oracle"), _style("sera (u_min 0.5)")]
     assert len({(a["color"], a["ls"]) for a in arms}) == 3
     assert len({a["color"] for a in arms}) == 3 and len({a["ls"] for a in arms}) == 3
+
+
+def test_confirmation_figure_has_one_panel_per_arm_and_every_seed():
+    import pandas as pd
+
+    rows = []
+    for arm in ("sera", "sera+safeguard"):
+        for k in (1, 8):
+            rows.append({"arm": arm, "k": k, "predicted": 0.01, "predicted_low": 0.0,
+                         "predicted_high": 0.02, "measured": 0.02, "low": -0.01, "high": 0.05,
+                         "seeds": 3, "per_seed": (0.0, 0.02, 0.04)})
+    fig = splot.plot_confirmation(pd.DataFrame(rows), title="t")
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["sera - maxrl (3 seeds)",
+                                                 "sera+safeguard - maxrl (3 seeds)"]
+    seed_dots = [c for c in panels[0].collections if c.get_offsets().shape[0] == 3]
+    assert len(seed_dots) == 2  # one hollow dot per seed at each K
+    empty = splot.plot_confirmation(pd.DataFrame(columns=["arm"]))
+    assert "no stored runs" in empty.axes[0].texts[0].get_text()

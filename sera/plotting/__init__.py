@@ -19,6 +19,7 @@ from sera.plotting.fidelity import (
     plot_rollouts_for_fidelity,
 )
 from sera.plotting.regime import (
+    plot_confirmation,
     plot_difficulty_profiles,
     plot_regime_diagnostics,
     plot_regime_map,
@@ -55,6 +56,7 @@ __all__ = [
     "plot_validation_over_training",
     "plot_budget_concentration",
     "plot_difficulty_profiles",
+    "plot_confirmation",
     "plot_regime_diagnostics",
     "plot_regime_map",
     "plot_regime_slider",

@@ -104,3 +104,41 @@ def plot_regime_diagnostics(gains: pd.DataFrame, k: int = 1):
     axes[1].set_ylabel("groups with mixed outcomes (share)")
     axes[1].legend(fontsize=6, ncols=2)
     return fig
+
+
+@styled
+def plot_confirmation(table: pd.DataFrame, title: str = ""):
+    """Predicted beside measured gain over MaxRL against K (log axis), one panel per arm: the
+    simulator's prediction, written before the runs (grey diamond and interval over its
+    repetitions), and the real runs' mean (dot), Student-t 95% interval over seeds (bar; none
+    with fewer than 3 seeds) and each seed's paired difference (hollow dots).
+    table: sera.confirm.compare rows."""
+    arms = list(dict.fromkeys(table["arm"]))
+    if not arms:
+        return message_figure("no stored runs to compare")
+    fig, axes = new_figure(ncols=len(arms), width=3.3, height=2.8, squeeze=False, sharey=True)
+    for ax, name in zip(axes[0], arms, strict=True):
+        rows = table[table["arm"] == name].sort_values("k")
+        k = rows["k"].to_numpy(dtype=float)
+        color = "#67000d" if name == "sera+safeguard" else line(name)["color"]
+        ax.errorbar(k * 0.9, rows["predicted"], yerr=[rows["predicted"] - rows["predicted_low"],
+                                                      rows["predicted_high"] - rows["predicted"]],
+                    fmt="D", color="0.5", ms=4, lw=1.2, label="predicted (simulator)")
+        measured_err = np.vstack([rows["measured"] - rows["low"], rows["high"] - rows["measured"]])
+        ax.errorbar(k * 1.1, rows["measured"], yerr=np.nan_to_num(measured_err), fmt="o",
+                    color=color, ms=5, lw=1.6, label="measured (runs)")
+        for kk, values in zip(k, rows["per_seed"], strict=True):
+            values = np.atleast_1d(values)
+            ax.scatter(np.full(values.size, kk * 1.22), values, s=10, facecolors="none",
+                       edgecolors=color, lw=0.7)
+        ax.axhline(0, color="#404040", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(k, labels=[str(int(v)) for v in k])
+        ax.minorticks_off()
+        seeds = int(rows["seeds"].max())
+        ax.set(title=f"{name} - maxrl ({seeds} seeds)", xlabel="K")
+    axes[0][0].set_ylabel("Pass@K gain over MaxRL")
+    axes[0][0].legend(loc="best", fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return fig

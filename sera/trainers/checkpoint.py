@@ -3,7 +3,10 @@ at most the steps since the last checkpoint and a resumed run continues the same
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
+import time
 from pathlib import Path
 
 import torch
@@ -50,4 +53,23 @@ def provenance() -> dict:
     return {"torch": torch.__version__, "numpy": numpy.__version__,
             "python": platform.python_version(), "torch_threads": torch.get_num_threads(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "machine": platform.machine(), "cuda": torch.cuda.is_available()}
+            "machine": platform.machine(), "cuda": torch.cuda.is_available(),
+            "commit": commit(), "command": " ".join(sys.argv),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+@functools.cache
+def commit() -> str | None:
+    """The package's git commit (with "+changes" when its tree differs from it), or None
+    outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "sera"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if dirty else "")

@@ -21,6 +21,7 @@ of the methods that allocate).
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -244,6 +245,7 @@ def fit(study: Study, callback=None) -> Results:
     # Appended at every start or resume: a resumed run may continue on another machine.
     with (out / "provenance.jsonl").open("a") as record:
         record.write(json.dumps({"step": run.step, **checkpoint.provenance()}) + "\n")
+    started, first_step = time.perf_counter(), run.step
     bar = _progress(config, run.step)
     protocol = PROTOCOLS[run.method.protocol]
     while run.step < config.steps:
@@ -271,6 +273,10 @@ def fit(study: Study, callback=None) -> Results:
         _log_allocated_share(run)
         run.finished = True
         _save(run, out)
+        with (out / "provenance.jsonl").open("a") as record:  # this segment's wall time
+            record.write(json.dumps({"step": run.step, "finished": True, "steps_run":
+                                     run.step - first_step,
+                                     "wall_s": round(time.perf_counter() - started, 1)}) + "\n")
     results = Results(run.metrics(), pd.read_csv(out / "final.csv"), run.allocation_table())
     _check_allocated_share(run)
     return results

@@ -1,0 +1,325 @@
+"""Confirmation runs of notebook 08's regime map, stored so that readers need not rerun them.
+
+A point is one sequence-study configuration (task, N0, steps, prompts), the methods and the seeds.
+Its prediction, SERA - MaxRL Pass@K from `sera.simulate` started from the point's own difficulty
+profile, is written before any run, with the number of seeds a power calculation asks for. The
+runs then train (or resume) one after another, and after each finished run the tables of every
+finished run are stored compressed under data/study/<point>/ with their provenance (commit,
+command, torch and thread settings, instruction set, wall time):
+
+    python -m sera.confirm list
+    python -m sera.confirm predict math-n0-4   # data/study/math-n0-4/prediction.csv, once
+    python -m sera.confirm run math-n0-4       # trains in build/runs/confirm/, stores each run
+    python -m sera.confirm show math-n0-4      # predicted beside measured
+
+`make figures PROFILE=study` runs every point this way (hours on two cores); notebooks 05, 07
+and 08 read the stored tables with `load` and `compare`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math as pymath
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sera.results import paired_gain
+from sera.trainers import loop
+from sera.trainers import math as math_trainer
+from sera.trainers import maze as maze_trainer
+from sera.trainers.sequence import SequenceConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY_DIR = ROOT / "data" / "study"
+RUNS_DIR = ROOT / "build" / "runs" / "confirm"
+TABLES = ("metrics", "final", "allocations")
+SAFEGUARD = 0.3
+"""u_min of the arm that runs SERA with the observability safeguard on."""
+SEED_SD = 0.05
+"""Seed-to-seed standard deviation of a SERA - MaxRL Pass@1 difference, measured on six seeds
+of the math `fast` preset; the power calculation's only measured input."""
+POWER = 2.5
+"""A predicted gain counts as resolvable when it is POWER standard errors over the seeds."""
+MIN_SEEDS = 6
+BUILDERS = {"math": math_trainer.build, "maze": maze_trainer.build}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One confirmation point: a task's configuration, the arms and the seeds."""
+
+    name: str
+    task: str
+    config: SequenceConfig
+    seeds: int | None
+    """None: as many as the power calculation on the prediction asks for (at least MIN_SEEDS)."""
+    arms: tuple[tuple[str, float | None], ...] = (("maxrl", None), ("sera", None),
+                                                  ("sera", SAFEGUARD), ("grpo", None))
+    why: str = ""
+
+    def configs(self, runs_dir=RUNS_DIR) -> list[SequenceConfig]:
+        """Every run's configuration, all from one warm-up in runs_dir/<point>/warmup."""
+        folder = Path(runs_dir) / self.name
+        base = dataclasses.replace(self.config, warmup_dir=str(folder / "warmup"), progress=False)
+        out = []
+        for seed in range(n_seeds(self)):
+            for method, u_min in self.arms:
+                config = dataclasses.replace(
+                    base, method=method, seed=seed,
+                    allocator=dataclasses.replace(base.allocator, u_min=u_min))
+                out.append(dataclasses.replace(config, out=str(folder / loop.run_label(config))))
+        return out
+
+
+def _math(**changes) -> SequenceConfig:
+    return dataclasses.replace(math_trainer.PRESETS["fast"], final_samples=128, **changes)
+
+
+def _maze(**changes) -> SequenceConfig:
+    return dataclasses.replace(maze_trainer.PRESETS["fast"], final_samples=128, **changes)
+
+
+POINTS = {point.name: point for point in (
+    Point("math-n0-4", "math", _math(), seeds=6,
+          why="notebook 07's setting, where the map predicts SERA behind MaxRL at Pass@1"),
+    Point("maze-n0-8", "maze", _maze(), seeds=6,
+          why="notebook 05's setting, where the map predicts no gain at Pass@1"),
+    Point("math-hard-n0-16", "math",
+          _math(n0=16, steps=160, eval_every=40, checkpoint_every=10, problem_steps=3),
+          seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)),
+          why="three operations per problem, N0 = 16 and ten epochs, where the map predicts a "
+              "gain at Pass@1; the seeds are the power calculation's for the predicted gain"),
+)}
+
+
+def n_seeds(p: Point) -> int:
+    """The point's seeds: fixed, or the power calculation's for SERA's predicted Pass@1 gain."""
+    if p.seeds is not None:
+        return p.seeds
+    path = STUDY_DIR / p.name / "prediction.csv"
+    if not path.exists():
+        raise FileNotFoundError(f"{p.name} takes its seeds from its prediction: run "
+                                f"`python -m sera.confirm predict {p.name}` first")
+    table = read_prediction(p.name)
+    return int(table[(table["arm"] == "sera") & (table["k"] == 1)]["seeds_needed"].iloc[0])
+
+
+def point(name: str) -> Point:
+    if name not in POINTS:
+        raise KeyError(f"no confirmation point {name!r}; known: {', '.join(POINTS)}")
+    return POINTS[name]
+
+
+def arm(table: pd.DataFrame) -> pd.Series:
+    """The arm of each row: the method, and "sera+safeguard" for SERA with u_min set."""
+    guarded = table["u_min"].notna() & (table["method"] == "sera")
+    return table["method"].where(~guarded, "sera+safeguard")
+
+
+# ----------------------------------------------------------------------------- prediction
+
+def seeds_needed(gain: float, sd: float = SEED_SD, power: float = POWER) -> int:
+    """Seeds for a predicted gain to sit `power` standard errors above zero over the seeds, given
+    the seed-to-seed sd of a difference; MIN_SEEDS where no gain is predicted."""
+    if not gain > 0:
+        return MIN_SEEDS
+    return max(MIN_SEEDS, pymath.ceil((power * sd / gain) ** 2))
+
+
+def profile(p: Point, runs_dir=RUNS_DIR, samples: int = 32) -> np.ndarray:
+    """The point's difficulty profile: each training prompt's success probability under its
+    warm-up, measured once (warming up first if needed) and stored beside its tables."""
+    from sera.simulate import measure_profile
+
+    path = STUDY_DIR / p.name / "profile.csv"
+    if path.exists():
+        return pd.read_csv(path, comment="#")["p"].to_numpy()
+    config = dataclasses.replace(p.config, warmup_dir=str(Path(runs_dir) / p.name / "warmup"),
+                                 out=str(Path(runs_dir) / p.name / "profile"), device="cpu")
+    started = time.perf_counter()
+    values = measure_profile(config, BUILDERS[p.task], samples)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"# {p.name}: each training prompt's success probability under the warm-up, "
+              f"{samples} samples each; {time.perf_counter() - started:.0f} s\n")
+    table = pd.DataFrame({"prompt": np.arange(values.size), "p": values, "samples": samples})
+    path.write_text(header + table.to_csv(index=False))
+    return values
+
+
+def predict(p: Point, repetitions: int = 24, lr: float = 1.0, runs_dir=RUNS_DIR,
+            overwrite: bool = False) -> pd.DataFrame:
+    """The simulator's SERA - MaxRL (and safeguarded SERA - MaxRL) Pass@K at the point's final
+    step, from its own difficulty profile, with the seeds the power calculation asks for;
+    written to data/study/<point>/prediction.csv once (a prediction is made before the runs and
+    not rewritten unless overwrite)."""
+    from sera.simulate import SimulationConfig, predicted_gain, regime_map
+
+    path = STUDY_DIR / p.name / "prediction.csv"
+    if path.exists() and not overwrite:
+        return read_prediction(p.name)
+    p0 = profile(p, runs_dir)
+    config = p.config
+    ks = tuple(sorted({k for k in (1, 8, 32, 128) if k <= config.final_samples}
+                      | {config.final_samples}))
+    parts = []
+    for label, u_min in (("sera", None), ("sera+safeguard", SAFEGUARD)):
+        base = SimulationConfig(batch_size=config.batch_size, eval_every=config.steps, lr=lr,
+                                ks=ks, allocator=dataclasses.replace(config.allocator,
+                                                                     u_min=u_min))
+        table = regime_map(p0, [config.n0], config.steps, repetitions=repetitions, base=base)
+        gains = predicted_gain(table)
+        gains = gains[gains["step"] == config.steps]
+        parts.append(gains[["k", "gain", "low", "high"]].assign(arm=label))
+    out = pd.concat(parts, ignore_index=True)
+    out["seeds_needed"] = [seeds_needed(g) for g in out["gain"]]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"# {p.name}: predicted gain over MaxRL (sera.simulate, {repetitions} repetitions, "
+              f"lr {lr}, from profile.csv), written {time.strftime('%Y-%m-%d %H:%M')} before "
+              f"the runs\n")
+    path.write_text(header + out.round(4).to_csv(index=False))
+    return out
+
+
+def read_prediction(name: str) -> pd.DataFrame:
+    return pd.read_csv(STUDY_DIR / name / "prediction.csv", comment="#")
+
+
+# ----------------------------------------------------------------------------- runs and storage
+
+def run(p: Point, runs_dir=RUNS_DIR, progress: bool = True) -> loop.Results:
+    """Train (or resume, or read back) every run of the point, storing the finished runs' tables
+    after each one lands, so that a session that ends mid-way loses only the run in progress."""
+    predict(p, runs_dir=runs_dir)
+    configs = p.configs(runs_dir)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(configs), desc=p.name)
+    for config in configs:
+        loop.fit(BUILDERS[p.task](config))
+        store(p, runs_dir)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return load(p.name)
+
+
+def finished_runs(p: Point, runs_dir=RUNS_DIR) -> list[Path]:
+    done = []
+    for config in p.configs(runs_dir):
+        folder = Path(config.out)
+        log = folder / "provenance.jsonl"
+        if (folder / "final.csv").exists() and log.exists() and any(
+                json.loads(line).get("finished") for line in log.read_text().splitlines()):
+            done.append(folder)
+    return done
+
+
+def store(p: Point, runs_dir=RUNS_DIR) -> int:
+    """Write the finished runs' tables (gzip, reproducible bytes) and their provenance to
+    data/study/<point>/; returns the number of runs stored."""
+    folders = finished_runs(p, runs_dir)
+    if not folders:
+        return 0
+    out = STUDY_DIR / p.name
+    out.mkdir(parents=True, exist_ok=True)
+    for name in TABLES:
+        parts = [pd.read_csv(f / f"{name}.csv") for f in folders if (f / f"{name}.csv").exists()]
+        table = pd.concat(parts, ignore_index=True)
+        table.to_csv(out / f"{name}.csv.gz", index=False,
+                     compression={"method": "gzip", "mtime": 0}, float_format="%.6g")
+    runs = []
+    for folder in folders:
+        records = [json.loads(line) for line in (folder / "provenance.jsonl").read_text()
+                   .splitlines()]
+        runs.append({"run": folder.name,
+                     "config": json.loads((folder / "config.json").read_text()),
+                     "wall_s": round(sum(r.get("wall_s", 0.0) for r in records), 1),
+                     "provenance": records})
+    summary = {"point": p.name, "task": p.task, "why": p.why, "seeds": n_seeds(p),
+               "arms": [list(a) for a in p.arms], "runs_stored": len(runs),
+               "runs_planned": len(p.configs(runs_dir)),
+               "wall_s": round(sum(r["wall_s"] for r in runs), 1),
+               "rerun": f"python -m sera.confirm run {p.name}", "runs": runs}
+    (out / "provenance.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return len(runs)
+
+
+def load(name: str, store_dir=None) -> loop.Results:
+    """A point's stored tables (metrics, final, allocations) as the trainers return them."""
+    folder = Path(store_dir or STUDY_DIR) / name
+    if not (folder / "final.csv.gz").exists():
+        raise FileNotFoundError(f"no stored runs for {name!r} in {folder}; run "
+                                f"`python -m sera.confirm run {name}` (hours on two cores)")
+    tables = [pd.read_csv(folder / f"{t}.csv.gz") for t in TABLES]
+    for table in tables:
+        table["arm"] = arm(table)
+    return loop.Results(*tables)
+
+
+def stored(name: str, store_dir=None) -> dict:
+    """The stored provenance summary of a point (runs, wall time, command to rerun)."""
+    return json.loads((Path(store_dir or STUDY_DIR) / name / "provenance.json").read_text())
+
+
+def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
+    """Predicted beside measured gain over MaxRL per arm and K: the prediction written before
+    the runs, and the stored runs' paired gain with its Student-t interval over seeds."""
+    results = load(name, store_dir)
+    final = results.final.assign(method=lambda t: t["arm"])
+    prediction = read_prediction(name) if (Path(store_dir or STUDY_DIR) / name
+                                           / "prediction.csv").exists() \
+        else pd.DataFrame(columns=["arm", "k", "gain", "low", "high", "seeds_needed"])
+    rows = []
+    for treatment in sorted(set(final["method"]) - {"maxrl"}):
+        measured = paired_gain(final, treatment, "maxrl", ks=ks)
+        for _, m in measured.iterrows():
+            match = prediction[(prediction["arm"] == treatment) & (prediction["k"] == m["k"])]
+            predicted = match.iloc[0] if len(match) else None
+            rows.append({"arm": treatment, "k": int(m["k"]),
+                         "predicted": np.nan if predicted is None else predicted["gain"],
+                         "predicted_low": np.nan if predicted is None else predicted["low"],
+                         "predicted_high": np.nan if predicted is None else predicted["high"],
+                         "measured": m["gain"], "low": m["low"], "high": m["high"],
+                         "seeds": int(m["seeds"]), "per_seed": m["per_seed"]})
+    return pd.DataFrame(rows)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=["list", "predict", "run", "store", "show"])
+    parser.add_argument("points", nargs="*", help="point names (default: all)")
+    parser.add_argument("--runs-dir", default=str(RUNS_DIR))
+    args = parser.parse_args(argv)
+    names = args.points or list(POINTS)
+    for name in names:
+        p = point(name)
+        if args.action == "list":
+            seeds = p.seeds or "power-calculated"
+            print(f"{name}: {p.task}, N0 {p.config.n0}, {p.config.steps} steps, {seeds} seeds x "
+                  f"{len(p.arms)} arms; {p.why}")
+        elif args.action == "predict":
+            print(name, "\n", predict(p, runs_dir=args.runs_dir).round(3).to_string(index=False))
+        elif args.action == "run":
+            run(p, args.runs_dir)
+            print(compare(name).round(3).to_string(index=False))
+        elif args.action == "store":
+            print(f"{name}: {store(p, args.runs_dir)} runs stored")
+        else:
+            print(name, "\n", compare(name).round(3).to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

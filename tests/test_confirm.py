@@ -1,0 +1,122 @@
+"""Confirmation points: the power calculation, the prediction written once, storage round trips."""
+
+import dataclasses
+import gzip
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sera import confirm
+from sera.trainers import maze
+
+
+def test_seeds_needed_follows_the_power_calculation():
+    # (2.5 x 0.05 / 0.029)^2 = 18.6 -> 19 seeds; a gain of 0.1 needs 1.6, so the minimum of 6
+    assert confirm.seeds_needed(0.029) == 19
+    assert confirm.seeds_needed(0.1) == confirm.MIN_SEEDS
+    assert confirm.seeds_needed(-0.02) == confirm.MIN_SEEDS
+    assert confirm.seeds_needed(0.0) == confirm.MIN_SEEDS
+
+
+def test_every_point_runs_paired_seeds_from_one_warm_up(tmp_path):
+    p = confirm.point("math-n0-4")
+    configs = p.configs(tmp_path)
+    assert len(configs) == 6 * len(p.arms)
+    assert {c.warmup_dir for c in configs} == {str(tmp_path / "math-n0-4" / "warmup")}
+    assert len({c.out for c in configs}) == len(configs)
+    guarded = [c for c in configs if c.allocator.u_min is not None]
+    assert {c.method for c in guarded} == {"sera"} and len(guarded) == 6
+    assert all(c.final_samples == 128 for c in configs)
+    with pytest.raises(KeyError, match="known"):
+        confirm.point("nope")
+
+
+def test_a_power_calculated_point_needs_its_prediction_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(confirm, "STUDY_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match="predict math-hard-n0-16"):
+        confirm.point("math-hard-n0-16").configs(tmp_path)
+
+
+def _tiny_point():
+    config = dataclasses.replace(maze.PRESETS["fast"], size=7, n_train=8, n_val=4, steps=6,
+                                 batch_size=4, n0=4, eval_every=3, checkpoint_every=3,
+                                 warmup_steps=5, width=16, layers=1, heads=2, kv_heads=1,
+                                 max_new_tokens=12, eval_samples=2, val_k=(1, 2),
+                                 final_samples=4, min_allocated_share=0.0, device="cpu")
+    return confirm.Point("tiny", "maze", config, seeds=2,
+                         arms=(("maxrl", None), ("sera", None), ("sera", 0.3)))
+
+
+def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, monkeypatch):
+    monkeypatch.setattr(confirm, "STUDY_DIR", tmp_path / "study")
+    p = _tiny_point()
+    monkeypatch.setitem(confirm.POINTS, "tiny", p)
+    profile = tmp_path / "study" / "tiny" / "profile.csv"
+    profile.parent.mkdir(parents=True)
+    profile.write_text("# stand-in\nprompt,p,samples\n" + "".join(
+        f"{i},{v},32\n" for i, v in enumerate([0.0, 0.0, 0.1, 0.3, 0.5, 0.6, 0.9, 1.0])))
+    stored_after = []
+    original = confirm.store
+
+    def counting_store(point, runs_dir=confirm.RUNS_DIR):
+        stored_after.append(original(point, runs_dir))
+        return stored_after[-1]
+
+    monkeypatch.setattr(confirm, "store", counting_store)
+    confirm.run(p, tmp_path / "runs", progress=False)
+    assert stored_after == [1, 2, 3, 4, 5, 6]  # each run stored as it lands
+
+    results = confirm.load("tiny")
+    assert set(results.final["arm"]) == {"maxrl", "sera", "sera+safeguard"}
+    assert set(results.final["seed"]) == {0, 1}
+    summary = confirm.stored("tiny")
+    assert summary["runs_stored"] == summary["runs_planned"] == 6
+    assert summary["rerun"] == "python -m sera.confirm run tiny"
+    for record in summary["runs"]:
+        assert record["wall_s"] > 0
+        first = record["provenance"][0]
+        assert {"commit", "command", "torch_threads", "cpu_capability"} <= set(first)
+    # reproducible bytes: the gzip header carries no time stamp
+    raw = (tmp_path / "study" / "tiny" / "final.csv.gz").read_bytes()
+    assert raw[4:8] == b"\0\0\0\0"
+    assert gzip.decompress(raw).startswith(b"method,")
+
+    # the prediction was written before the runs and is not rewritten
+    prediction = (tmp_path / "study" / "tiny" / "prediction.csv").read_text()
+    assert "before the runs" in prediction.splitlines()[0]
+    confirm.predict(p)
+    assert (tmp_path / "study" / "tiny" / "prediction.csv").read_text() == prediction
+
+    table = confirm.compare("tiny", ks=(1, 4))
+    assert set(table["arm"]) == {"sera", "sera+safeguard"}
+    assert (table["seeds"] == 2).all()
+    assert table["low"].isna().all()  # two seeds: per-seed differences, no interval
+    assert table["predicted"].notna().all()
+    row = table[(table["arm"] == "sera") & (table["k"] == 1)].iloc[0]
+    final = results.final
+    per_seed = []
+    for seed in (0, 1):
+        a = final[(final["arm"] == "sera") & (final["seed"] == seed)].sort_values("prompt")
+        b = final[(final["arm"] == "maxrl") & (final["seed"] == seed)].sort_values("prompt")
+        per_seed.append(np.mean(a["correct"].to_numpy() / a["n"].to_numpy()
+                                - b["correct"].to_numpy() / b["n"].to_numpy()))
+    assert row["measured"] == pytest.approx(np.mean(per_seed))
+
+
+def test_load_says_how_to_produce_missing_runs(tmp_path):
+    with pytest.raises(FileNotFoundError, match="python -m sera.confirm run nothing"):
+        confirm.load("nothing", tmp_path)
+
+
+def test_stored_points_read_back_when_present():
+    for name in confirm.POINTS:
+        folder = confirm.STUDY_DIR / name
+        if not (folder / "final.csv.gz").exists():
+            continue
+        results = confirm.load(name)
+        summary = json.loads((folder / "provenance.json").read_text())
+        assert summary["runs_stored"] == len(summary["runs"])
+        assert len(results.final.groupby(["arm", "seed"])) == summary["runs_stored"]
+        assert isinstance(results.metrics, pd.DataFrame)
