@@ -94,6 +94,11 @@ POINTS = {point.name: point for point in (
           seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)),
           why="three operations per problem, N0 = 16 and ten epochs, where the map predicts a "
               "gain at Pass@1; the seeds are the power calculation's for the predicted gain"),
+    Point("maze-hard-n0-16", "maze",
+          _maze(size=11, max_new_tokens=48, n0=16, steps=200, eval_every=40, checkpoint_every=10),
+          seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)),
+          why="11 x 11 mazes, N0 = 16 and ten epochs: harder prompts and more budget, the "
+              "direction in which the map's gain grows; the seeds are the power calculation's"),
 )}
 
 
@@ -290,6 +295,35 @@ def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
                          "measured": m["gain"], "low": m["low"], "high": m["high"],
                          "seeds": int(m["seeds"]), "per_seed": m["per_seed"]})
     return pd.DataFrame(rows)
+
+
+def status(names=None, store_dir=None) -> pd.DataFrame:
+    """One row per point: runs stored of runs planned, their wall time in hours, and the command
+    that runs (or resumes) the rest."""
+    rows = []
+    for name in names or list(POINTS):
+        folder = Path(store_dir or STUDY_DIR) / name
+        summary = stored(name, store_dir) if (folder / "provenance.json").exists() else {}
+        p = point(name)
+        planned = summary.get("runs_planned")
+        if planned is None:
+            planned = (n_seeds(p) * len(p.arms)
+                       if p.seeds is not None or (folder / "prediction.csv").exists() else None)
+        rows.append({"point": name, "task": p.task, "n0": p.config.n0,
+                     "steps": p.config.steps, "runs stored": summary.get("runs_stored", 0),
+                     "runs planned": planned,
+                     "wall hours": round(summary.get("wall_s", 0.0) / 3600, 2),
+                     "predicted": (folder / "prediction.csv").exists(),
+                     "command": f"python -m sera.confirm run {name}"})
+    return pd.DataFrame(rows)
+
+
+def compare_points(names, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
+    """`compare` for every point of `names` that has stored runs, with a point column."""
+    parts = [compare(name, ks, store_dir).assign(point=name) for name in names
+             if (Path(store_dir or STUDY_DIR) / name / "final.csv.gz").exists()]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["point", "arm", "k"])
 
 
 def main(argv=None) -> int:

@@ -125,10 +125,33 @@ def test_dynamic_sampling_keeps_mixed_groups_and_counts_every_rollout(tmp_path):
     results = loop.fit(study)
     rollouts = results.metrics[results.metrics["metric"] == "rollouts"]["value"].tolist()
     for step, ids, counts in study.updates:
-        assert (counts == 4).all() and ids.size <= 4
+        assert (counts == 4).all() and ids.size == 4
         assert all(0.0 < p[q] < 1.0 for q in ids)  # all-0 and all-1 groups were dropped
         assert rollouts[step] == sum(_sampled(study, step).values()) >= 12 * 4
     assert set(results.metrics["metric"]) >= {"generation_rounds", "prompts"}
+
+
+def test_dynamic_sampling_stops_the_run_where_dapos_recipe_raises(tmp_path):
+    import json
+
+    # every prompt solved: no generation batch yields a mixed group, so after 10 batches the
+    # recipe raises; the run ends at that step with its final evaluation, and stays ended
+    p = np.r_[np.full(40, 0.5), np.ones(40)]
+    config = _config(tmp_path, method="dapo", steps=50, batch_size=4)
+    study = Coins(config, np.ones(440))
+    results = loop.fit(study)
+    assert study.updates == []
+    stopped = results.metrics[results.metrics["metric"] == "stopped"]
+    assert stopped["step"].tolist() == [0]
+    records = [json.loads(line) for line in
+               (tmp_path / "run" / "provenance.jsonl").read_text().splitlines()]
+    assert "max_num_gen_batches = 10" in records[-1]["stopped"]
+    again = loop.fit(Coins(config, np.ones(440)))  # resumed: read back, not restarted
+    assert again.metrics.equals(results.metrics)
+    # mixed groups somewhere in the data: the batches keep coming until the step is full
+    study = Coins(_config(tmp_path / "mixed", method="dapo", steps=2, batch_size=4), p)
+    loop.fit(study)
+    assert len(study.updates) == 2
 
 
 def test_two_stage_tops_up_hard_prompts_from_the_pilot(tmp_path):

@@ -108,37 +108,50 @@ def plot_regime_diagnostics(gains: pd.DataFrame, k: int = 1):
 
 @styled
 def plot_confirmation(table: pd.DataFrame, title: str = ""):
-    """Predicted beside measured gain over MaxRL against K (log axis), one panel per arm: the
-    simulator's prediction, written before the runs (grey diamond and interval over its
-    repetitions), and the real runs' mean (dot), Student-t 95% interval over seeds (bar; none
-    with fewer than 3 seeds) and each seed's paired difference (hollow dots).
-    table: sera.confirm.compare rows."""
-    arms = list(dict.fromkeys(table["arm"]))
-    if not arms:
+    """Predicted beside measured gain over MaxRL against K (log axis), one panel per arm (and
+    one row per point when the table has a point column): the simulator's prediction, written
+    before the runs (grey diamond and interval over its repetitions), and the real runs' mean
+    (dot), Student-t 95% interval over seeds (bar; none with fewer than 3 seeds) and each
+    seed's paired difference (hollow dots). table: sera.confirm.compare(_points) rows."""
+    if table.empty:
         return message_figure("no stored runs to compare")
-    fig, axes = new_figure(ncols=len(arms), width=3.3, height=2.8, squeeze=False, sharey=True)
-    for ax, name in zip(axes[0], arms, strict=True):
-        rows = table[table["arm"] == name].sort_values("k")
-        k = rows["k"].to_numpy(dtype=float)
-        color = "#67000d" if name == "sera+safeguard" else line(name)["color"]
-        ax.errorbar(k * 0.9, rows["predicted"], yerr=[rows["predicted"] - rows["predicted_low"],
-                                                      rows["predicted_high"] - rows["predicted"]],
-                    fmt="D", color="0.5", ms=4, lw=1.2, label="predicted (simulator)")
-        measured_err = np.vstack([rows["measured"] - rows["low"], rows["high"] - rows["measured"]])
-        ax.errorbar(k * 1.1, rows["measured"], yerr=np.nan_to_num(measured_err), fmt="o",
-                    color=color, ms=5, lw=1.6, label="measured (runs)")
-        for kk, values in zip(k, rows["per_seed"], strict=True):
-            values = np.atleast_1d(values)
-            ax.scatter(np.full(values.size, kk * 1.22), values, s=10, facecolors="none",
-                       edgecolors=color, lw=0.7)
-        ax.axhline(0, color="#404040", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(k, labels=[str(int(v)) for v in k])
-        ax.minorticks_off()
-        seeds = int(rows["seeds"].max())
-        ax.set(title=f"{name} - maxrl ({seeds} seeds)", xlabel="K")
-    axes[0][0].set_ylabel("Pass@K gain over MaxRL")
+    table = table if "point" in table.columns else table.assign(point="")
+    points = list(dict.fromkeys(table["point"]))
+    arms = list(dict.fromkeys(table["arm"]))
+    fig, axes = new_figure(ncols=len(arms), nrows=len(points), width=3.3, height=2.8,
+                           squeeze=False, sharey="row")
+    for row, name in enumerate(points):
+        for ax, arm_name in zip(axes[row], arms, strict=True):
+            rows = table[(table["point"] == name) & (table["arm"] == arm_name)].sort_values("k")
+            if rows.empty:
+                ax.axis("off")
+                continue
+            _confirmation_panel(ax, rows, arm_name)
+            seeds = int(rows["seeds"].max())
+            ax.set_title(f"{name + ': ' if name else ''}{arm_name} - maxrl ({seeds} seeds)",
+                         fontsize=9)
+        axes[row][0].set_ylabel("Pass@K gain over MaxRL")
     axes[0][0].legend(loc="best", fontsize=7)
     if title:
         fig.suptitle(title)
     return fig
+
+
+def _confirmation_panel(ax, rows: pd.DataFrame, arm_name: str) -> None:
+    k = rows["k"].to_numpy(dtype=float)
+    color = "#67000d" if arm_name == "sera+safeguard" else line(arm_name)["color"]
+    ax.errorbar(k * 0.9, rows["predicted"], yerr=[rows["predicted"] - rows["predicted_low"],
+                                                  rows["predicted_high"] - rows["predicted"]],
+                fmt="D", color="0.5", ms=4, lw=1.2, label="predicted (simulator)")
+    measured_err = np.vstack([rows["measured"] - rows["low"], rows["high"] - rows["measured"]])
+    ax.errorbar(k * 1.1, rows["measured"], yerr=np.nan_to_num(measured_err), fmt="o",
+                color=color, ms=5, lw=1.6, label="measured (runs)")
+    for kk, values in zip(k, rows["per_seed"], strict=True):
+        values = np.atleast_1d(values)
+        ax.scatter(np.full(values.size, kk * 1.22), values, s=10, facecolors="none",
+                   edgecolors=color, lw=0.7)
+    ax.axhline(0, color="#404040", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(k, labels=[str(int(v)) for v in k])
+    ax.minorticks_off()
+    ax.set_xlabel("K")

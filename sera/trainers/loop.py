@@ -33,7 +33,7 @@ from sera.allocation import Allocation
 from sera.trainers import checkpoint
 from sera.trainers.config import RunConfig, as_dict
 from sera.trainers.methods import METHODS, estimate, plan
-from sera.trainers.protocols import PROTOCOLS, Outcome
+from sera.trainers.protocols import PROTOCOLS, GenerationLimit, Outcome
 
 # The per-prompt record of every step: the estimate the allocation read (for uniform methods, the
 # history's estimate, kept for comparison), the rollouts, their successes, and the exact p where
@@ -97,6 +97,7 @@ class Run:
         self.allocations: list[tuple] = []  # one row per prompt and step: ALLOCATION_COLUMNS
         self.last_exact = np.full(study.n_prompts, np.nan)  # p at each prompt's last visit
         self.allocator_state: dict = {}  # what stateful allocators keep across steps
+        self.stopped = ""  # why the protocol ended the run before config.steps, if it did
 
     # ------------------------------------------------------------------ logging and tables
 
@@ -202,6 +203,7 @@ class Run:
                 "step": self.step, "epoch": self.epoch, "position": self.position,
                 "finished": self.finished, "rows": self.rows, "allocations": self.allocations,
                 "last_exact": self.last_exact, "allocator_state": self.allocator_state,
+                "stopped": self.stopped,
                 "config": as_dict(self.config)}
 
     def load_state_dict(self, state: dict) -> None:
@@ -212,6 +214,7 @@ class Run:
         self.rows, self.allocations = list(state["rows"]), list(state["allocations"])
         self.last_exact = np.asarray(state["last_exact"], dtype=float)
         self.allocator_state = state.get("allocator_state", {})
+        self.stopped = state.get("stopped", "")
 
 
 def _log_agreement(run: Run, name: str, estimate, exact) -> None:
@@ -240,7 +243,8 @@ def fit(study: Study, callback=None) -> Results:
     state = checkpoint.load(out / "checkpoint.pt", as_dict(config))
     if state is not None:
         run.load_state_dict(state)
-        run.finished = run.finished and run.step >= config.steps  # more steps were asked for
+        # more steps were asked for (a run its protocol stopped stays stopped)
+        run.finished = run.finished and (run.step >= config.steps or bool(run.stopped))
     (out / "config.json").write_text(json.dumps(as_dict(config), indent=2))
     # Appended at every start or resume: a resumed run may continue on another machine.
     with (out / "provenance.jsonl").open("a") as record:
@@ -248,12 +252,17 @@ def fit(study: Study, callback=None) -> Results:
     started, first_step = time.perf_counter(), run.step
     bar = _progress(config, run.step)
     protocol = PROTOCOLS[run.method.protocol]
-    while run.step < config.steps:
+    while run.step < config.steps and not run.stopped:
         if run.epoch_finished():
             run.end_epoch()  # the epoch boundary: estimates change only here
         if run.step % config.eval_every == 0:
             study.evaluate(run)
-        outcome = protocol(run, study, run.next_batch())
+        try:
+            outcome = protocol(run, study, run.next_batch())
+        except GenerationLimit as limit:  # DAPO's recipe stops the run here, and so do we
+            run.stopped = str(limit)
+            run.log("stopped", 1.0)
+            break
         study.update(run, outcome)
         run.record(outcome)
         run.step += 1
@@ -267,7 +276,8 @@ def fit(study: Study, callback=None) -> Results:
     if bar is not None:
         bar.close()
     if not run.finished:
-        study.evaluate(run)
+        if not (run.stopped and run.step % config.eval_every == 0):  # not evaluated yet
+            study.evaluate(run)
         final = study.finish(run)
         _with_keys(final, config).to_csv(out / "final.csv", index=False)
         _log_allocated_share(run)
@@ -275,7 +285,7 @@ def fit(study: Study, callback=None) -> Results:
         _save(run, out)
         with (out / "provenance.jsonl").open("a") as record:  # this segment's wall time
             record.write(json.dumps({"step": run.step, "finished": True, "steps_run":
-                                     run.step - first_step,
+                                     run.step - first_step, "stopped": run.stopped,
                                      "wall_s": round(time.perf_counter() - started, 1)}) + "\n")
     results = Results(run.metrics(), pd.read_csv(out / "final.csv"), run.allocation_table())
     _check_allocated_share(run)

@@ -65,15 +65,22 @@ def mixed_only(outcome: Outcome) -> Outcome:
                    outcome.sampled)
 
 
+class GenerationLimit(RuntimeError):
+    """DAPO's recipe gave up: max_rounds generation batches did not fill the training batch
+    with mixed groups (its trainer raises "Generated too many. Please check your data.")."""
+
+
 def dynamic_sampling(run, study, ids, factor: int = 3, max_rounds: int = 10) -> Outcome:
-    """DAPO's dynamic sampling: generation batches of factor x B prompts with n0 rollouts each;
-    prompts whose rewards are not all equal are kept, more batches are drawn until B are kept
-    (at most max_rounds; a step with fewer trains on what it has), then the kept are truncated
-    to B. Every rollout generated counts."""
+    """DAPO's dynamic sampling as its verl recipe runs it: generation batches of factor x B
+    prompts with n0 rollouts each; prompts whose rewards are not all equal are kept, more
+    batches are drawn until B are kept, then the kept are truncated to B. Every rollout
+    generated counts. Like the recipe's max_num_gen_batches, at most max_rounds batches (0: no
+    limit); when they fall short the recipe raises, and so does this (GenerationLimit), which
+    the training loop turns into the end of the run at that step."""
     n0, size = run.config.n0, ids.size
     batch = np.concatenate([ids, run.draw((factor - 1) * size)])
     kept, kept_successes, sampled, seen = [], [], [], set()
-    for _ in range(max_rounds):
+    while True:
         batch = np.array([q for q in batch if q not in seen], dtype=np.int64)
         seen.update(batch.tolist())
         counts = np.full(batch.size, n0)
@@ -84,6 +91,11 @@ def dynamic_sampling(run, study, ids, factor: int = 3, max_rounds: int = 10) -> 
         kept_successes += successes[mixed].tolist()
         if len(kept) >= size:
             break
+        if 0 < max_rounds <= len(sampled):
+            raise GenerationLimit(
+                f"{len(sampled)} generation batches of {factor} x {size} prompts kept "
+                f"{len(kept)} mixed groups, fewer than the {size} a step needs (DAPO's "
+                f"max_num_gen_batches = {max_rounds}): the prompts are all solved or all failed")
         batch = run.draw(factor * size)
     run.log("generation_rounds", len(sampled))
     kept_ids = np.array(kept[:size], dtype=np.int64)
