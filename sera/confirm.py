@@ -216,45 +216,62 @@ def run(p: Point, runs_dir=RUNS_DIR, progress: bool = True) -> loop.Results:
     return load(p.name)
 
 
+def finished(folder: Path) -> bool:
+    """Whether the run in folder finished (its final table and the loop's finish record)."""
+    folder = Path(folder)
+    log = folder / "provenance.jsonl"
+    return (folder / "final.csv").exists() and log.exists() and any(
+        json.loads(line).get("finished") for line in log.read_text().splitlines())
+
+
 def finished_runs(p: Point, runs_dir=RUNS_DIR) -> list[Path]:
-    done = []
-    for config in p.configs(runs_dir):
-        folder = Path(config.out)
-        log = folder / "provenance.jsonl"
-        if (folder / "final.csv").exists() and log.exists() and any(
-                json.loads(line).get("finished") for line in log.read_text().splitlines()):
-            done.append(folder)
-    return done
+    return [Path(c.out) for c in p.configs(runs_dir) if finished(Path(c.out))]
 
 
-def store(p: Point, runs_dir=RUNS_DIR) -> int:
-    """Write the finished runs' tables (gzip, reproducible bytes) and their provenance to
-    data/study/<point>/; returns the number of runs stored."""
-    folders = finished_runs(p, runs_dir)
+def store_runs(folders, out: Path, summary: dict, tables=TABLES, metrics=None,
+               columns: dict | None = None) -> int:
+    """Write the runs' tables to out/<table>.csv.gz (gzip without a time stamp, so the bytes
+    repeat) and out/provenance.json: `summary`, plus each run's configuration, provenance
+    records and wall time. metrics: keep only these metric names; columns: folder -> extra
+    columns for its rows (e.g. the learning rate of a sweep)."""
+    folders = [Path(f) for f in folders]
     if not folders:
         return 0
-    out = STUDY_DIR / p.name
+    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for name in TABLES:
-        parts = [pd.read_csv(f / f"{name}.csv") for f in folders if (f / f"{name}.csv").exists()]
-        table = pd.concat(parts, ignore_index=True)
-        table.to_csv(out / f"{name}.csv.gz", index=False,
-                     compression={"method": "gzip", "mtime": 0}, float_format="%.6g")
+    for name in tables:
+        parts = []
+        for folder in folders:
+            if not (folder / f"{name}.csv").exists():
+                continue
+            table = pd.read_csv(folder / f"{name}.csv")
+            if name == "metrics" and metrics is not None:
+                table = table[table["metric"].isin(metrics)]
+            parts.append(table.assign(**(columns or {}).get(folder, {})))
+        pd.concat(parts, ignore_index=True).to_csv(
+            out / f"{name}.csv.gz", index=False, compression={"method": "gzip", "mtime": 0},
+            float_format="%.6g")
     runs = []
     for folder in folders:
         records = [json.loads(line) for line in (folder / "provenance.jsonl").read_text()
                    .splitlines()]
-        runs.append({"run": folder.name,
+        runs.append({"run": str(folder.relative_to(folders[0].parents[1]))
+                     if len(folders[0].parents) > 1 else folder.name,
                      "config": json.loads((folder / "config.json").read_text()),
                      "wall_s": round(sum(r.get("wall_s", 0.0) for r in records), 1),
                      "provenance": records})
-    summary = {"point": p.name, "task": p.task, "why": p.why, "seeds": n_seeds(p),
-               "arms": [list(a) for a in p.arms], "runs_stored": len(runs),
-               "runs_planned": len(p.configs(runs_dir)),
-               "wall_s": round(sum(r["wall_s"] for r in runs), 1),
-               "rerun": f"python -m sera.confirm run {p.name}", "runs": runs}
+    summary = {**summary, "runs_stored": len(runs),
+               "wall_s": round(sum(r["wall_s"] for r in runs), 1), "runs": runs}
     (out / "provenance.json").write_text(json.dumps(summary, indent=1) + "\n")
     return len(runs)
+
+
+def store(p: Point, runs_dir=RUNS_DIR) -> int:
+    """Write the point's finished runs to data/study/<point>/; returns how many."""
+    return store_runs(finished_runs(p, runs_dir), STUDY_DIR / p.name, {
+        "point": p.name, "task": p.task, "why": p.why, "seeds": n_seeds(p),
+        "arms": [list(a) for a in p.arms], "runs_planned": len(p.configs(runs_dir)),
+        "rerun": f"python -m sera.confirm run {p.name}"})
 
 
 def load(name: str, store_dir=None) -> loop.Results:

@@ -8,6 +8,7 @@ Used by sera.trainers.classification and notebooks/04_gradient_cosine_study.ipyn
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,8 +131,24 @@ def _image_folder(root: Path) -> ClassificationData:
     return ClassificationData(train, val, len(train.classes), 3, "imagefolder")
 
 
+def hold_out(data: ClassificationData, fraction: float, seed: int = 0) -> tuple[
+        ClassificationData, Dataset]:
+    """(data whose training set lost `fraction` of its images, those images): a tuning split
+    apart from the validation images, fixed by seed so that every run of a sweep shares it."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    order = np.random.default_rng(seed).permutation(len(data.train))
+    n_tune = int(round(fraction * order.size))
+    tune, train = np.sort(order[:n_tune]), np.sort(order[n_tune:])
+    return (dataclasses.replace(data, train=torch.utils.data.Subset(data.train, train)),
+            torch.utils.data.Subset(data.train, tune))
+
+
 def fetch(dataset: Dataset, indices) -> tuple[torch.Tensor, torch.Tensor]:
     """Images and labels at these indices, stacked (TensorDatasets are sliced directly)."""
+    if isinstance(dataset, torch.utils.data.Subset) and isinstance(dataset.dataset,
+                                                                   TensorDataset):
+        return fetch(dataset.dataset, np.asarray(dataset.indices)[np.asarray(indices)])
     if isinstance(dataset, TensorDataset):
         index = torch.as_tensor(np.asarray(indices), dtype=torch.long)
         return dataset.tensors[0][index], dataset.tensors[1][index]

@@ -27,7 +27,7 @@ import torch
 from sera import models
 from sera.fidelity import kappa
 from sera.passk import k_grid, pass_at_k_analytic
-from sera.tasks.classification import fetch, load_data
+from sera.tasks.classification import fetch, hold_out, load_data
 from sera.trainers import checkpoint, cli, label_rollouts, loop
 from sera.trainers.config import AllocatorConfig, RunConfig, as_dict, from_dict
 from sera.trainers.methods import METHODS, supported
@@ -62,6 +62,10 @@ class ClassificationConfig(RunConfig):
     """SGD weight decay."""
     cosine_every: int = 5
     """Steps between gradient-cosine measurements (two extra backward passes)."""
+    tune_fraction: float = 0.0
+    """Share of the training images held out as a tuning split (never trained on, apart from
+    the validation images) whose final Pass@K (metric tune_pass) chooses a learning rate in
+    sera.tuning; 0: none."""
     val_k: tuple[int, ...] = (1, 16, 128)
     """K values of validation Pass@K along training."""
     device: str = "auto"
@@ -78,6 +82,8 @@ class ClassificationConfig(RunConfig):
                              f"{self.method!r}")
         if self.cosine_every < 1:
             raise ValueError(f"cosine_every must be >= 1, got {self.cosine_every}")
+        if not 0 <= self.tune_fraction < 1:
+            raise ValueError(f"tune_fraction must be in [0, 1), got {self.tune_fraction}")
 
 
 PRESETS = {
@@ -100,6 +106,9 @@ class ClassificationStudy:
         self.method = METHODS[config.method]
         self.device = models.device(config.device)
         self.data = load_data(config.data, config.data_path)
+        self.tune = None
+        if config.tune_fraction:
+            self.data, self.tune = hold_out(self.data, config.tune_fraction)
         self.n_prompts = len(self.data.train)
         torch.manual_seed(config.seed)
         name = config.model if config.model != "auto" else (
@@ -234,11 +243,17 @@ class ClassificationStudy:
         p = self.success()
         for k in PROFILE_K:
             run.log("pass", pass_at_k_analytic(p, k).mean(), k)
+        if self.tune is not None:
+            tune = self.success(self.tune)
+            for k in self.config.val_k:
+                run.log("tune_pass", pass_at_k_analytic(tune, k).mean(), k)
         return pd.DataFrame({"prompt": np.arange(p.size), "p": p})
 
 
 def _targets(dataset) -> np.ndarray:
     """Every item's label, without loading the images where the dataset keeps them apart."""
+    if isinstance(dataset, torch.utils.data.Subset):
+        return _targets(dataset.dataset)[np.asarray(dataset.indices)]
     if hasattr(dataset, "tensors"):
         return dataset.tensors[1].numpy()
     if hasattr(dataset, "targets"):
