@@ -1,6 +1,7 @@
 """The shared loop with a study that needs no model: epochs, batches, history, degenerate runs."""
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -210,3 +211,29 @@ def test_dars_updates_on_mixed_groups_only_and_the_history_sees_every_group(tmp_
     rate, available = runs[-1].history.last_rates([0, 1, 4, 5])
     assert available.all()
     np.testing.assert_array_equal(rate, [0, 1, 0, 1])
+
+
+def test_a_grid_reads_back_what_another_grid_finished_with_the_same_settings(tmp_path):
+    built = []
+
+    def build(config):
+        built.append(config.out)
+        return Coins(config, P)
+
+    configs = [_config(tmp_path, seed=s) for s in (0, 1)]
+    first = loop.run_grid(configs, build, tmp_path / "a", progress=False,
+                          shared=tmp_path / "index")
+    studies = []
+
+    def spy(config):
+        studies.append(Coins(config, P))
+        return studies[-1]
+
+    other = [*configs, _config(tmp_path, seed=2), _config(tmp_path, seed=0, steps=5)]
+    second = loop.run_grid(other, spy, tmp_path / "b", progress=False,
+                           shared=tmp_path / "index")
+    # the two finished runs are read from a/, nothing sampled; new settings train in b/
+    assert [s.calls == [] for s in studies] == [True, True, False, False]
+    assert [Path(s.config.out).parent.name for s in studies] == ["a", "a", "b", "b"]
+    pd.testing.assert_frame_equal(second.final.iloc[:2 * P.size], first.final)
+    assert not (tmp_path / "b" / loop.run_label(configs[1])).exists()

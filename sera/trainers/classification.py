@@ -267,12 +267,13 @@ def train(config: ClassificationConfig, callback=None) -> loop.Results:
 
 
 def run_grid(base: ClassificationConfig, methods, budgets, seeds, runs_dir,
-             rerun: bool = False, progress: bool = True) -> loop.Results:
-    """Every method x budget x seed (ce once per seed: it samples nothing)."""
+             rerun: bool = False, progress: bool = True, shared=None) -> loop.Results:
+    """Every method x budget x seed (ce once per seed: it samples nothing); shared: the index
+    of finished runs that other grids may read back (sera.trainers.loop.run_grid)."""
     configs = [dataclasses.replace(base, method=m, n0=n0, seed=s)
                for s in seeds for m in methods for n0 in budgets
                if m != "ce" or n0 == budgets[0]]
-    return loop.run_grid(configs, ClassificationStudy, runs_dir, rerun, progress)
+    return loop.run_grid(configs, ClassificationStudy, runs_dir, rerun, progress, shared)
 
 
 def estimator_study(base: ClassificationConfig, settings: dict, seeds, runs_dir,

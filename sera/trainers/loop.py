@@ -337,10 +337,12 @@ def _latest(rows) -> dict:
 
 
 def run_grid(configs: list[RunConfig], build, runs_dir, rerun: bool = False,
-             progress: bool = True) -> Results:
+             progress: bool = True, shared=None) -> Results:
     """Fit every config in its own folder under runs_dir (named from its keys) and return the
     concatenated tables. build(config) makes the study. A finished run is read back from its
-    folder unless rerun is True."""
+    folder unless rerun is True. shared: a folder indexing finished runs by their settings
+    (every setting but out, steps aside); a run that another grid already finished with the
+    same settings is read back from that grid's folder instead of trained again."""
     import shutil
 
     parts = []
@@ -353,12 +355,41 @@ def run_grid(configs: list[RunConfig], build, runs_dir, rerun: bool = False,
         folder = Path(runs_dir) / run_label(config)
         if rerun:
             shutil.rmtree(folder, ignore_errors=True)
+        elif shared is not None and not (folder / "final.csv").exists():
+            folder = _finished_elsewhere(config, shared) or folder
         parts.append(fit(build(replace(config, out=str(folder), progress=False))))
+        if shared is not None:
+            _index(config, folder, shared)
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
     return Results.concat(parts)
+
+
+def _settings_key(config: RunConfig) -> str:
+    import hashlib
+
+    settings = {k: v for k, v in as_dict(config).items() if k not in ("out", "progress")}
+    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _finished_elsewhere(config: RunConfig, shared) -> Path | None:
+    entry = Path(shared) / f"{_settings_key(config)}.json"
+    if not entry.exists():
+        return None
+    folder = Path(json.loads(entry.read_text())["out"])
+    state = folder / "checkpoint.pt"
+    if not ((folder / "final.csv").exists() and state.exists()):
+        return None
+    saved = json.loads((folder / "config.json").read_text())
+    return folder if not checkpoint.differences(saved, as_dict(config)) else None
+
+
+def _index(config: RunConfig, folder: Path, shared) -> None:
+    Path(shared).mkdir(parents=True, exist_ok=True)
+    entry = Path(shared) / f"{_settings_key(config)}.json"
+    entry.write_text(json.dumps({"out": str(Path(folder).resolve())}))
 
 
 def run_label(config: RunConfig) -> str:
