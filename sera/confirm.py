@@ -90,7 +90,8 @@ POINTS = {point.name: point for point in (
     Point("maze-n0-8", "maze", _maze(), seeds=6,
           why="notebook 05's setting, where the map predicts no gain at Pass@1"),
     Point("math-hard-n0-16", "math",
-          _math(n0=16, steps=160, eval_every=40, checkpoint_every=10, problem_steps=3),
+          _math(n0=16, steps=160, eval_every=40, checkpoint_every=10, problem_steps=3,
+                max_new_tokens=64),  # worked solutions of three steps take 55-61 tokens
           seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)),
           why="three operations per problem, N0 = 16 and ten epochs, where the map predicts a "
               "gain at Pass@1; the seeds are the power calculation's for the predicted gain"),
