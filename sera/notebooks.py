@@ -85,9 +85,10 @@ SLIDER_NOTE = ("*The sliders are live in JupyterLab; here is the figure at their
 
 
 def static_sliders(nb) -> int:
-    """Replace each widget output by the figure its widget showed when the notebook ran (the
-    widget state papermill stores) and a note that the sliders are live in JupyterLab; drop the
-    widget state. Returns the number of slider cells replaced."""
+    """Replace each widget output by the figure its widget showed when the notebook ran (the PNG
+    a sera.widgets explorer displays beside its widget, else the widget state papermill stores)
+    and a note that the sliders are live in JupyterLab; drop the widget state. Returns the
+    number of slider cells replaced."""
     key = "application/vnd.jupyter.widget-state+json"
     state = nb.metadata.pop("widgets", {}).get(key, {}).get("state", {})
 
@@ -110,8 +111,8 @@ def static_sliders(nb) -> int:
         figures = [nbformat.from_dict({"output_type": "display_data", "metadata": {},
                                        "data": {"image/png": out["data"]["image/png"]}})
                    for view in views
-                   for out in images(view["data"]["application/vnd.jupyter.widget-view+json"]
-                                     ["model_id"])]
+                   for out in ([view] if "image/png" in view["data"] else images(
+                       view["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]))]
         note = nbformat.from_dict({"output_type": "display_data", "metadata": {},
                                    "data": {"text/markdown": SLIDER_NOTE}})
         cell.outputs = [out for out in cell.outputs if out not in views] + figures + [note]

@@ -1,53 +1,156 @@
 """The notebooks' interactive controls: labelled sliders around the sera.plotting functions.
 
-Each explorer returns an ipywidgets `interactive`: moving a slider redraws the figure that the
-figure cell draws with fixed values (sliders only display). Sliders update on release
-(continuous_update=False) so that a redraw follows each move once; sliders whose ranges depend
+Each explorer is a box of sliders above one live matplotlib figure (an ipympl canvas): moving a
+slider redraws that figure in place, through the same plot function that the figure cell calls
+with fixed values (sliders only display), while the slider is dragged. Sliders whose ranges depend
 on each other are linked (N_min <= N0 <= N_max), and a setting a figure cannot draw shows a short
-message, never a traceback. Used by notebooks 01-03 and 08; needs ipywidgets (the notebooks extra).
+message, never a traceback. Used by notebooks 01-03 and 08; needs ipywidgets and ipympl (the
+notebooks extra).
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import functools
+
 import sera.plotting as splot
+from sera.plotting.style import SeraFigure, drawing_into
 
 LABEL = {"description_width": "initial"}
 WIDTH = "600px"  # room for a long label and a usable slider track
+SETTLE = 0.15  # seconds a slider rests before its figure is laid out again
+_LIVE: dict = {}  # the explorer each plot function shows now; a rerun cell closes the old one
 
 
 def _float(value, low, high, step, label):
     import ipywidgets as widgets
 
     return widgets.FloatSlider(value=value, min=low, max=high, step=step, description=label,
-                               continuous_update=False, style=LABEL,
-                               layout=widgets.Layout(width=WIDTH))
+                               style=LABEL, layout=widgets.Layout(width=WIDTH))
 
 
 def _int(value, low, high, label):
     import ipywidgets as widgets
 
-    return widgets.IntSlider(value=value, min=low, max=high, description=label,
-                             continuous_update=False, style=LABEL,
+    return widgets.IntSlider(value=value, min=low, max=high, description=label, style=LABEL,
                              layout=widgets.Layout(width=WIDTH))
 
 
-def _interactive(plot, **controls):
+@functools.cache
+def _explorer_class():
     import ipywidgets as widgets
+    from ipympl.backend_nbagg import Canvas, FigureManager
 
-    # auto_display: show the returned figure (what interact does; interactive alone does not)
-    return widgets.interactive(plot, {"auto_display": True}, **controls)
+    class Explorer(widgets.VBox):
+        """Sliders (`controls`, by argument name) above `figure` on a live canvas; `draws`
+        counts the redraws. Displayed, it also carries the initial figure as a PNG, which is
+        what a front end without widgets (and the static site) shows."""
+
+        def __init__(self, plot, **controls):
+            self.plot, self.controls, self.draws = plot, controls, 0
+            self._queued, self._settle = False, None
+            self.figure = plot(**self.values())
+            self.figure.set_dpi(SeraFigure.DISPLAY_DPI)  # the size the static PNG has
+            canvas = Canvas(self.figure)
+            canvas.header_visible = canvas.footer_visible = canvas.toolbar_visible = False
+            canvas.resizable = False
+            FigureManager(canvas, 0)  # the canvas talks to the page through its manager
+            super().__init__([*controls.values(), canvas])
+            self.add_class("sera-explorer")
+            for control in controls.values():
+                # continuous_update is on: the figure follows the hand while a slider moves
+                control.observe(self.redraw, "value")
+
+        def values(self) -> dict:
+            return {name: control.value for name, control in self.controls.items()}
+
+        def redraw(self, _=None) -> None:
+            """Redraw for the sliders' values: at once without a kernel loop (a test, a
+            script), else as the next frame, so that the kernel answers the slider at once and
+            the moves that arrive while a frame is drawn make one frame, at the latest values."""
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self._frame(None)
+                return
+            if not self._queued:
+                self._queued = True
+                loop.call_soon(self._frame, loop)
+
+        def _frame(self, loop) -> None:
+            """Draw the figure and send it to the page. While a slider moves, each frame keeps
+            the last layout (the constrained layout costs half a frame); the figure is laid
+            out again once the sliders rest for SETTLE seconds."""
+            self._queued = False
+            figure = self.figure
+            laid_out = [ax.get_position() for ax in figure.axes]
+            with drawing_into(figure):
+                try:
+                    self.plot(**self.values())
+                except ValueError as error:  # a setting the plot rejects: say why, no traceback
+                    splot.message_figure(str(error))
+            self.draws += 1
+            if loop is None or len(laid_out) != len(figure.axes):
+                figure.canvas.draw()
+            else:
+                engine = figure.get_layout_engine()
+                figure.set_layout_engine("none")
+                for ax, box in zip(figure.axes, laid_out, strict=True):
+                    ax.set_position(box)
+                figure.canvas.draw()
+                figure.set_layout_engine(engine)
+                if self._settle is not None:
+                    self._settle.cancel()
+                self._settle = loop.call_later(SETTLE, figure.canvas.draw)
+
+        def close(self) -> None:
+            """Close the sliders, the canvas and the widgets they hold (layouts, styles, the
+            toolbar) too: closing a box alone leaves them registered in the kernel."""
+            stack, seen = [self], set()
+            while stack:
+                widget = stack.pop()
+                if id(widget) in seen:
+                    continue
+                seen.add(id(widget))
+                for name in widget.keys:
+                    value = getattr(widget, name)
+                    values = value if isinstance(value, (list, tuple)) else [value]
+                    stack += [v for v in values if isinstance(v, widgets.Widget)]
+                if widget is not self:
+                    widget.close()
+            super().close()
+
+        def _repr_mimebundle_(self, **kwargs):
+            bundle = super()._repr_mimebundle_(**kwargs)
+            if bundle is not None:
+                png = self.figure._repr_png_()
+                bundle["image/png"] = base64.b64encode(png).decode("ascii")
+            return bundle
+
+    return Explorer
+
+
+def _explore(plot, key=None, **controls):
+    """The explorer of `plot`; the one it replaces (the same cell run again) is closed, so
+    neither widgets nor figures pile up in the kernel."""
+    key = key or plot.__name__
+    if key in _LIVE:
+        _LIVE.pop(key).close()
+    _LIVE[key] = _explorer_class()(plot, **controls)
+    return _LIVE[key]
 
 
 def kappa_explorer():
     """kappa from the log-success series (notebook 01): success probability and rollouts."""
-    return _interactive(splot.plot_kappa_slider,
+    return _explore(splot.plot_kappa_slider,
                         p=_float(0.1, 0.01, 0.99, 0.01, "success probability p"),
                         n=_int(8, 2, 64, "rollouts N"))
 
 
 def tilt_explorer():
     """How uniform counts tilt a two-prompt update (notebook 01)."""
-    return _interactive(splot.plot_direction_tilt,
+    return _explore(splot.plot_direction_tilt,
                         p1=_float(0.05, 0.01, 0.99, 0.01, "hard prompt p1"),
                         p2=_float(0.3, 0.01, 0.99, 0.01, "easy prompt p2"),
                         n=_int(8, 2, 64, "rollouts N each"),
@@ -62,7 +165,7 @@ def waterline_explorer():
     n0 = _int(8, 2, 64, "rollouts per prompt N0 (budget B x N0)")
     n_max = _int(64, 8, 256, "most rollouts N_max")
     _link(n_min, n0, n_max)
-    return _interactive(
+    return _explore(
         splot.plot_waterline_beta,
         a=_float(0.5, 0.1, 5.0, 0.1, "Beta a (more: easier prompts)"),
         b=_float(1.5, 0.1, 5.0, 0.1, "Beta b (more: harder prompts)"),
@@ -77,7 +180,7 @@ def safeguard_explorer():
     n0 = _int(8, 2, 32, "rollouts per prompt N0 (budget B x N0)")
     n_max = _int(64, 8, 256, "most rollouts N_max")
     _link(None, n0, n_max)
-    return _interactive(
+    return _explore(
         splot.plot_safeguard_beta,
         a=_float(0.4, 0.1, 3.0, 0.1, "Beta a (more: easier prompts)"),
         b=_float(1.5, 0.1, 3.0, 0.1, "Beta b (more: harder prompts)"),
@@ -113,11 +216,10 @@ def regime_explorer(gains):
     def choice(values, label, fmt=str):
         options = [(fmt(v), v) for v in sorted(set(values))]
         return widgets.SelectionSlider(options=options, value=options[0][1], description=label,
-                                       continuous_update=False, style=LABEL,
-                                       layout=widgets.Layout(width=WIDTH))
+                                       style=LABEL, layout=widgets.Layout(width=WIDTH))
 
-    return _interactive(lambda k, n_min, difficulty: splot.plot_regime_slider(
-        gains, k, n_min, difficulty),
+    return _explore(lambda k, n_min, difficulty: splot.plot_regime_slider(
+        gains, k, n_min, difficulty), key="regime",
         k=choice(gains["k"], "Pass@K, K"),
         n_min=choice(gains["n_min"], "fewest rollouts n_min"),
         difficulty=choice(gains["difficulty"], "prompts harder (odds divided by)",

@@ -1,10 +1,14 @@
 """What a student sees: notebooks 01-03 in JupyterLab, in headless Chromium driven by Playwright.
 
-Every cell runs; every figure cell shows an image; every ipywidgets control renders as a widget;
-each slider moved to its ends (and the two-slider combinations that once reached an infeasible
-budget) redraws its figure and never shows a traceback. Slider update times (release to redrawn
-image) are printed; screenshots go to build/browser/. `make test-browser` installs Debian's
-chromium and runs this file (part of `make test`); elsewhere it skips.
+Every cell runs; every figure cell shows an image; every explorer renders its sliders and a live
+matplotlib canvas (the ipympl extension loaded, not a text repr); each slider moved to its ends
+(and the two-slider combinations that once reached an infeasible budget) redraws its figure and
+never shows a traceback. One slider per explorer is dragged by the mouse for a second: the figure
+must redraw at least MIN_FPS frames a second during the drag (frames counted as drawImage calls
+on the figure's canvas). Update times (typed value to redrawn figure), frames a second while
+dragging and the latency from release to the last redraw are printed; screenshots go to
+build/browser/. `make test-browser` installs Debian's chromium and runs this file (part of
+`make test`); elsewhere it skips.
 """
 
 import json
@@ -99,6 +103,18 @@ ALL_RAN = """() => { const w = window.jupyterapp.shell.currentWidget;
     (c.model.executionCount !== null && !c.promptNode.textContent.includes('*'))); }"""
 
 
+# Every drawImage on a canvas in the page, timed: ipympl paints each frame it receives onto the
+# figure's visible canvas this way, so the timestamps on a figure's canvas are its redraws.
+FRAME_COUNTER = """(() => {
+  const drawImage = CanvasRenderingContext2D.prototype.drawImage;
+  CanvasRenderingContext2D.prototype.drawImage = function (...args) {
+    if (this.canvas.isConnected) (this.canvas.seraFrames ||= []).push(performance.now());
+    return drawImage.apply(this, args);
+  };
+  for (const [type, key] of [['pointerdown', 'seraDown'], ['pointerup', 'seraUp']])
+    document.addEventListener(type, () => { window[key] = performance.now(); }, true);
+})()"""
+MIN_FPS = 5
 def _open_and_run(page, url, token, name):
     # a fresh workspace per notebook, so that the tab in front is this one
     page.goto(f"{url}/lab/workspaces/{name}/tree/notebooks/{name}.ipynb?reset&token={token}")
@@ -130,9 +146,21 @@ def _tracebacks(page) -> int:
         page.locator(".jp-OutputArea-output:has-text('Traceback')").count()
 
 
-def _image(explorer) -> str:
-    img = explorer.locator(".jp-OutputArea-output img")
-    return img.first.get_attribute("src") if img.count() else ""
+FRAMES = """node => [...node.querySelectorAll('canvas')].map(c => c.seraFrames || [])
+  .reduce((all, times) => all.concat(times), []).sort((a, b) => a - b)"""
+
+
+def _frames(explorer) -> list:
+    """The times (ms, page clock) at which the explorer's figure was painted."""
+    return explorer.evaluate(FRAMES)
+
+
+def _live_canvas(explorer) -> bool:
+    """The figure is an ipympl canvas that has painted (not 'Canvas(...)' as text)."""
+    return explorer.evaluate("""node => { const c = node.querySelector(
+      '.jupyter-matplotlib-canvas-div canvas');
+      return !!c && c.width > 100 && (c.seraFrames || []).length > 0 &&
+             !node.textContent.includes('Canvas('); }""")
 
 
 def _control(page, explorer, label: str):
@@ -153,7 +181,7 @@ def _set(page, explorer, label: str, value) -> float:
     dropdown; return the seconds until the explorer's image changed (0 when the value did not
     change: already there, or held back by a linked slider)."""
     control = _control(page, explorer, label)
-    before, old = _image(explorer), _now(control)
+    before, old = len(_frames(explorer)), _now(control)
     start = time.perf_counter()
     select = control.locator("select")
     if select.count():
@@ -167,10 +195,37 @@ def _set(page, explorer, label: str, value) -> float:
     page.wait_for_timeout(50)
     if _now(control) == old:
         return 0.0
-    page.wait_for_function("([node, before]) => { const img = node.querySelector("
-                           "'.jp-OutputArea-output img'); return img && img.src !== before; }",
+    page.wait_for_function(f"([node, before]) => ({FRAMES})(node).length > before",
                            arg=[explorer.element_handle(), before], timeout=30_000)
     return time.perf_counter() - start
+
+
+def _drag(page, explorer, seconds: float = 1.0, steps: int = 60):
+    """Drag the explorer's first slider handle by the mouse over `seconds` in small steps, then
+    wait until the figure settles; return (frames a second during the drag, seconds from
+    release to the last redraw)."""
+    control = explorer.locator(".widget-slider").first
+    control.scroll_into_view_if_needed()
+    handle = control.locator(".noUi-handle").first.bounding_box()
+    track = control.locator(".noUi-target").first.bounding_box()
+    x, y = handle["x"] + handle["width"] / 2, handle["y"] + handle["height"] / 2
+    span = 0.4 * track["width"] * (1 if x < track["x"] + track["width"] / 2 else -1)
+    page.mouse.move(x, y)
+    page.mouse.down()
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
+        page.mouse.move(x + span * step / steps, y)
+        time.sleep(max(0.0, start + seconds * step / steps - time.perf_counter()))
+    page.mouse.up()
+    settled, count = time.perf_counter(), len(_frames(explorer))
+    while time.perf_counter() - settled < 1.5:  # settled: no new frame for 1.5 s
+        page.wait_for_timeout(100)
+        if len(_frames(explorer)) != count:
+            settled, count = time.perf_counter(), len(_frames(explorer))
+    down, up = page.evaluate("[window.seraDown, window.seraUp]")
+    frames = _frames(explorer)
+    during = [t for t in frames if down <= t <= up]
+    return len(during) / ((up - down) / 1000), max(0.0, (frames[-1] - up) / 1000)
 
 
 def _labels(explorer):
@@ -194,22 +249,31 @@ def _ends(page, explorer, label):
 def test_notebook_in_the_browser(lab, browser, name):
     url, token = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.add_init_script(FRAME_COUNTER)
     started = time.perf_counter()
     _open_and_run(page, url, token, name)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=SHOTS / f"{name}.png")
     figures = _figure_cells(page)
     assert figures and all("image" in kinds for kinds in figures), figures
-    explorers = page.locator(".widget-interact")
+    explorers = page.locator(".sera-explorer")
     assert explorers.count() >= 1 and page.locator(".widget-slider").count() >= 2
     assert _tracebacks(page) == 0
-    times = []
+    times, drags = [], []
     for index in range(explorers.count()):
         explorer = explorers.nth(index)
         explorer.scroll_into_view_if_needed()
-        assert _image(explorer), f"explorer {index} shows no image"
+        page.wait_for_function("node => node.querySelector('canvas') !== null",
+                               arg=explorer.element_handle(), timeout=30_000)
+        page.wait_for_timeout(500)
+        assert _live_canvas(explorer), f"explorer {index} shows no live figure (is ipympl's " \
+            f"JupyterLab extension installed?): {explorer.inner_text()[:200]!r}"
         labels = _labels(explorer)
         assert labels and all(" " in label for label in labels), labels  # readable labels
+        fps, latency = _drag(page, explorer)
+        drags.append((fps, latency))
+        assert fps >= MIN_FPS, f"{name} explorer {index}: {fps:.1f} frames/s while dragging"
+        assert _tracebacks(page) == 0, f"{name}: drag in explorer {index}"
         for label in labels:
             for value in _ends(page, explorer, label):
                 times.append(_set(page, explorer, label, value))
@@ -221,8 +285,13 @@ def test_notebook_in_the_browser(lab, browser, name):
             assert _tracebacks(page) == 0, moves
             assert "does not fit" not in explorers.nth(index).inner_text()
     moved = sorted(t for t in times if t > 0)
+    fps = sorted(f for f, _ in drags)
+    latency = sorted(lag for _, lag in drags)
     print(f"\n{name}: ran in {time.perf_counter() - started:.0f} s; {len(moved)} slider updates, "
-          f"median {moved[len(moved) // 2]:.2f} s, slowest {moved[-1]:.2f} s")
+          f"median {moved[len(moved) // 2]:.2f} s, slowest {moved[-1]:.2f} s; {len(drags)} "
+          f"drags of 1 s: {fps[len(fps) // 2]:.1f} frames/s median, {fps[0]:.1f} slowest; "
+          f"release to last redraw {latency[len(latency) // 2]:.2f} s median, "
+          f"{latency[-1]:.2f} s slowest")
     page.close()
 
 

@@ -288,6 +288,24 @@ def test_a_slider_cell_shows_its_initial_figure():
     assert "live in JupyterLab" in outputs[-1].data["text/markdown"]
 
 
+def test_an_explorer_cell_shows_the_figure_it_displayed():
+    # a sera.widgets explorer displays its initial figure as a PNG beside its widget view
+    png = "iVBORw0KGgo="
+    view = {"output_type": "display_data", "metadata": {}, "data": {
+        "application/vnd.jupyter.widget-view+json": {"model_id": "box", "version_major": 2,
+                                                     "version_minor": 0},
+        "image/png": png, "text/plain": "Explorer(children=...)"}}
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("explorer()",
+                                                                   outputs=[view])])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {
+        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_canvas"]}},
+        "canvas": {"model_name": "MPLCanvasModel", "state": {"_data_url": None}}}}}
+    assert runner.static_sliders(nb) == 1 and "widgets" not in nb.metadata
+    outputs = nb.cells[0].outputs
+    assert [o.data.get("image/png") for o in outputs[:-1]] == [png]
+    assert "live in JupyterLab" in outputs[-1].data["text/markdown"]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_has_objectives_a_summary_and_review_questions(path):
     cells = nbformat.read(path, as_version=4).cells

@@ -1,6 +1,6 @@
 """The notebooks' sliders, driven without a browser: every control to its ends and the two-slider
-combinations that once reached an infeasible budget; each move must redraw (a new figure) and
-never raise. tests/test_browser.py drives the same controls in JupyterLab."""
+combinations that once reached an infeasible budget; each move must redraw (the explorer's one
+figure, in place) and never raise. tests/test_browser.py drives the same controls in JupyterLab."""
 
 import time
 
@@ -12,25 +12,26 @@ import sera.widgets  # noqa: E402
 
 
 def _controls(explorer):
-    return {name: widget for name, widget in zip(explorer.kwargs, explorer.kwargs_widgets,
-                                                  strict=True)}
+    return explorer.controls
 
 
 def _move(explorer, widget, value):
-    before, old = explorer.result, widget.value
+    figure, draws, old = explorer.figure, explorer.draws, widget.value
     start = time.perf_counter()
     widget.value = value
     seconds = time.perf_counter() - start
-    assert isinstance(explorer.result, Figure)
+    assert explorer.figure is figure and isinstance(figure, Figure)  # redrawn in place
     if widget.value != old:  # a move (not to where it already was) redraws
-        assert explorer.result is not before, f"{widget.description} = {value} did not redraw"
+        assert explorer.draws > draws, f"{widget.description} = {value} did not redraw"
     return seconds
 
 
 @pytest.mark.parametrize("name", sorted(sera.widgets.EXPLORERS))
 def test_every_control_redraws_at_its_ends(name):
     explorer = sera.widgets.EXPLORERS[name]()
-    assert isinstance(explorer.result, Figure)
+    assert isinstance(explorer.figure, Figure) and explorer.figure.canvas in explorer.children
+    controls = _controls(explorer).values()
+    assert all(getattr(control, "continuous_update", True) for control in controls)
     times = []
     for key, control in _controls(explorer).items():
         assert control.description != key and " " in control.description  # readable labels
@@ -52,7 +53,7 @@ def test_linked_sliders_never_reach_an_infeasible_budget(name, moves):
     controls = _controls(explorer)
     for key, value in moves:
         _move(explorer, controls[key], value)
-        texts = [t.get_text() for ax in explorer.result.axes for t in ax.texts]
+        texts = [t.get_text() for ax in explorer.figure.axes for t in ax.texts]
         assert not any("does not fit" in t for t in texts), (moves, texts)
     n_min = controls["n_min"].value if "n_min" in controls else 2
     assert n_min <= controls["n0"].value <= controls["n_max"].value
@@ -79,3 +80,33 @@ def test_regime_explorer_moves_over_every_simulated_setting():
         assert " " in control.description
         for value in [v for _, v in control.options]:
             _move(explorer, control, value)
+
+
+def test_an_explorer_shows_its_initial_figure_and_a_rerun_closes_the_old_one():
+    import base64
+    import gc
+
+    first = sera.widgets.kappa_explorer()
+    bundle = first._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle  # live in JupyterLab
+    assert base64.b64decode(bundle["image/png"]).startswith(b"\x89PNG")  # static elsewhere
+    gc.collect()
+    alive = len(ipywidgets.widgets.widget._instances)
+    for _ in range(3):
+        sera.widgets.kappa_explorer()  # the cell run again
+    gc.collect()
+    assert first.comm is None and first.figure.canvas.comm is None
+    assert len(ipywidgets.widgets.widget._instances) == alive  # nothing piles up
+
+
+@pytest.mark.parametrize("name", sorted(sera.widgets.EXPLORERS))
+def test_the_live_figure_is_the_figure_a_cell_draws(name):
+    # redrawn in place, the explorer's figure has the same pixels as a fresh call of its plot
+    # drawn once on screen as well (a second draw of a figure can move a pixel or two)
+    explorer = sera.widgets.EXPLORERS[name]()
+    for control in _controls(explorer).values():
+        _move(explorer, control, list(control.options)[-1] if hasattr(control, "options")
+              else control.max)
+        fresh = explorer.plot(**explorer.values())
+        fresh._repr_png_()
+        assert explorer.figure._repr_png_() == fresh._repr_png_(), control.description

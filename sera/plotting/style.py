@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
@@ -144,10 +145,31 @@ def styled(plot):
     return wrapper
 
 
+_TARGETS: list = []  # figures that new_figure redraws into, innermost last (see drawing_into)
+
+
+@contextlib.contextmanager
+def drawing_into(fig):
+    """Inside this block new_figure clears and reuses `fig` (keeping its size) instead of making
+    a figure: a live slider (sera.widgets) redraws the one figure its canvas shows through the
+    same plot functions as the figure cells."""
+    _TARGETS.append(fig)
+    try:
+        yield fig
+    finally:
+        _TARGETS.pop()
+
+
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 4.2, height: float = 3.2, **kw):
-    """A figure in the house style: (fig, axes)."""
+    """A figure in the house style: (fig, axes); inside drawing_into, that figure cleared."""
     with mpl.rc_context(RC):
-        fig = SeraFigure(figsize=(width * ncols, height * nrows), layout="constrained")
+        if _TARGETS:
+            fig = _TARGETS[-1]
+            for ax in fig.axes:  # Figure.clear would clear each axes before dropping it: slow
+                fig.delaxes(ax)
+            fig.clear()
+        else:
+            fig = SeraFigure(figsize=(width * ncols, height * nrows), layout="constrained")
         axes = fig.subplots(nrows, ncols, **kw)
     return fig, axes
 
