@@ -229,8 +229,8 @@ def _drag(page, explorer, seconds: float = 1.0, steps: int = 60):
 
 
 def _labels(explorer):
-    return explorer.evaluate("""node => [...node.querySelectorAll('.widget-inline-hbox label')]
-      .map(label => label.textContent)""")
+    return explorer.evaluate("""node => [...node.querySelectorAll(
+      '.widget-slider > label, .widget-dropdown > label')].map(label => label.textContent)""")
 
 
 def _ends(page, explorer, label):
