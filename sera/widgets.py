@@ -22,7 +22,7 @@ LABEL = {"description_width": "initial"}
 WIDTH = "600px"  # room for a long label and a usable slider track
 SETTLE = 0.15  # seconds a slider rests before its figure is laid out again
 # The explorer on a layer of its own, so that the page repaints only the explorer while a slider
-# moves, not the whole notebook around it (that cost the browser a third of its time).
+# moves, not the whole notebook around it (in a measured drag, a quarter of the browser's time).
 CONTAIN = "<style>.sera-explorer { contain: content; will-change: transform; }</style>"
 _LIVE: dict = {}  # the explorer each plot function shows now; a rerun cell closes the old one
 
