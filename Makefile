@@ -64,8 +64,9 @@ test: $(STAMP)
 # of torch, vLLM and verl, and compiling everything tripled the set-up time.
 envs: $(VISION_STAMP) $(VLLM_STAMP) $(SCALE_STAMP)
 
-# Notebooks 01-03 as a student sees them: JupyterLab in headless Chromium (Debian's package,
-# installed here on first use), every slider moved; screenshots in build/browser/.
+# Notebooks 01-03 and the exercises as a student sees them, and the static site offline:
+# JupyterLab in headless Chromium (Debian's package, installed here on first use), every slider
+# moved and dragged; screenshots in build/browser/.
 test-browser: $(STAMP)
 	command -v chromium >/dev/null || (apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)

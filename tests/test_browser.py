@@ -7,8 +7,10 @@ never shows a traceback. One slider per explorer is dragged by the mouse for a s
 must redraw at least MIN_FPS frames a second during the drag (frames counted as drawImage calls
 on the figure's canvas). Update times (typed value to redrawn figure), frames a second while
 dragging and the latency from release to the last redraw are printed; screenshots go to
-build/browser/. `make test-browser` installs Debian's chromium and runs this file (part of
-`make test`); elsewhere it skips.
+build/browser/. The exercises run in JupyterLab as the instructor's copy (every check passes)
+and as the student release (every check says it is not done yet), and the static site opens from
+disk with the network refused (formulas rendered, images loaded). `make test-browser` installs
+Debian's chromium and runs this file (part of `make test`); elsewhere it skips.
 """
 
 import json
@@ -38,6 +40,7 @@ else:
 ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "build" / "browser"
 NOTEBOOKS = ["01_finite_rollout_fidelity", "02_waterline_allocation", "03_allocation_vs_success"]
+EXERCISES = sorted(p.stem for p in (ROOT / "notebooks" / "exercises").glob("*.ipynb"))
 # Moves that once reached an infeasible budget: (explorer index in the notebook, slider label
 # start, value), in order.
 COMBINATIONS = {
@@ -54,10 +57,23 @@ SETTINGS = {  # render every cell, keep the copy unsaved, no news pop-up
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """JupyterLab on 127.0.0.1 serving a copy of the notebooks (figures land in the copy)."""
+    import nbformat
+
+    from sera import release
+
     root = tmp_path_factory.mktemp("lab")
     (root / "notebooks").mkdir()
     for name in NOTEBOOKS:
         shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", root / "notebooks")
+    # the exercises twice: the instructor's sources, and the student release of each
+    for folder in ("exercises", "student"):
+        (root / "notebooks" / folder).mkdir()
+    for name in EXERCISES:
+        source = ROOT / "notebooks" / "exercises" / f"{name}.ipynb"
+        shutil.copy(source, root / "notebooks" / "exercises")
+        nb = nbformat.read(source, as_version=4)
+        nb.cells = [release.student_cell(cell) for cell in nb.cells]
+        nbformat.write(nb, root / "notebooks" / "student" / f"{name}.ipynb")
     settings = root / "settings"
     for name, values in SETTINGS.items():
         path = settings / name
@@ -121,7 +137,8 @@ FRAME_COUNTER = """(() => {
 MIN_FPS = 2
 def _open_and_run(page, url, token, name):
     # a fresh workspace per notebook, so that the tab in front is this one
-    page.goto(f"{url}/lab/workspaces/{name}/tree/notebooks/{name}.ipynb?reset&token={token}")
+    workspace = name.replace("/", "-")
+    page.goto(f"{url}/lab/workspaces/{workspace}/tree/notebooks/{name}.ipynb?reset&token={token}")
     page.wait_for_function("window.jupyterapp !== undefined", timeout=120_000)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
     page.wait_for_function(KERNEL_IDLE, timeout=120_000)
@@ -131,7 +148,7 @@ def _open_and_run(page, url, token, name):
         page.wait_for_function(KERNEL_IDLE, timeout=60_000)
     except playwright.TimeoutError:
         SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=SHOTS / f"{name}_stuck.png", full_page=True)
+        page.screenshot(path=SHOTS / f"{name.replace('/', '-')}_stuck.png", full_page=True)
         raise
 
 
@@ -307,3 +324,87 @@ def test_notebook_in_the_browser(lab, browser, name):
 def _number(text: str):
     value = float(text)
     return int(value) if value.is_integer() else round(value, 2)
+
+
+def _printed(page) -> str:
+    return "\n".join(page.evaluate("""() => [...document.querySelectorAll(
+      '.jp-Notebook .jp-OutputArea-output')].map(o => o.innerText)"""))
+
+
+@pytest.mark.parametrize("name", EXERCISES)
+def test_exercise_in_the_browser(lab, browser, name):
+    """An exercise as the instructor's copy (every check passes) and as the student release,
+    untouched (every check says it is not done yet), each message once, no traceback."""
+    import nbformat
+
+    url, token = lab
+    source = nbformat.read(ROOT / "notebooks" / "exercises" / f"{name}.ipynb", as_version=4)
+    checks = sum(cell.source.count("sera.course.check_") for cell in source.cells[2:])
+    assert checks >= 1
+    for folder, expected in (("exercises", "PASS "), ("student", "not done yet")):
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        _open_and_run(page, url, token, f"{folder}/{name}")
+        printed = _printed(page)
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=SHOTS / f"exercise_{folder}_{name}.png")
+        assert printed.count(expected) == checks, (folder, printed)
+        assert "Traceback" not in printed and _tracebacks(page) == 0, (folder, printed)
+        if folder == "student":
+            assert "PASS " not in printed
+        page.close()
+
+
+def test_the_static_site_offline(browser, tmp_path):
+    """The site opened from disk with every network request refused: each page loads, its
+    formulas render as MathML with a size on screen, every image loads, no raw TeX shows."""
+    import nbformat
+
+    from sera import notebooks as runner
+
+    executed = tmp_path / "executed"
+    runner.run_notebook(ROOT / "notebooks" / f"{NOTEBOOKS[0]}.ipynb", "fast",
+                        figures=tmp_path / "figures", output=executed)
+    for path in runner.notebooks(ROOT / "notebooks"):
+        if not (executed / path.name).exists():  # the rest as if run: text and formulas only
+            nb = nbformat.read(path, as_version=4)
+            for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+                cell.execution_count = i + 1
+            nbformat.write(nb, executed / path.name)
+    pages = runner.build_site(executed=executed, output=tmp_path / "site")
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    refused = []
+
+    def offline(route):
+        if route.request.url.startswith("file:"):
+            return route.continue_()
+        refused.append(route.request.url)
+        return route.abort()
+
+    page.route("**/*", offline)
+    shown = {}
+    for path in pages:
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        state = page.evaluate("""() => ({
+          text: document.body.innerText,
+          // heading anchors repeat a heading's formula in a link shown only on hover
+          math: [...document.querySelectorAll('math')].filter(m => m.checkVisibility()).length,
+          sized: [...document.querySelectorAll('math')].filter(m => {
+            const r = m.getBoundingClientRect();
+            return m.checkVisibility() && r.width > 0 && r.height > 0; }).length,
+          images: [...document.images].length,
+          broken: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).length,
+        })""")
+        shown[path.name] = state
+        assert state["broken"] == 0, (path.name, state["images"])
+        assert "$$" not in state["text"] and "SERAMATH" not in state["text"], path.name
+        assert state["sized"] == state["math"], path.name
+    first = shown[f"{NOTEBOOKS[0]}.html"]
+    assert first["math"] > 0 and first["images"] > 0, first  # the run notebook: formulas, figures
+    assert "κ" in shown["NOTATION.html"]["text"]  # the notation page: plain Unicode symbols
+    assert "live in JupyterLab" in shown["index.html"]["text"]
+    page.screenshot(path=tmp_path / "site.png")
+    page.close()
+    print(f"\nsite: {len(pages)} pages offline, {sum(s['math'] for s in shown.values())} "
+          f"formulas and {sum(s['images'] for s in shown.values())} images rendered; "
+          f"{len(refused)} network requests refused")
