@@ -236,4 +236,12 @@ def test_a_grid_reads_back_what_another_grid_finished_with_the_same_settings(tmp
     assert [s.calls == [] for s in studies] == [True, True, False, False]
     assert [Path(s.config.out).parent.name for s in studies] == ["a", "a", "b", "b"]
     pd.testing.assert_frame_equal(second.final.iloc[:2 * P.size], first.final)
-    assert not (tmp_path / "b" / loop.run_label(configs[1])).exists()
+    # b/'s folder name leads to the finished run, for code that opens it by path
+    linked = tmp_path / "b" / loop.run_label(configs[1])
+    assert linked.is_symlink() and (linked / "final.csv").exists()
+    # rerun retrains in b/ itself and leaves a/'s run alone
+    original = (tmp_path / "a" / loop.run_label(configs[1]) / "final.csv").read_text()
+    loop.run_grid([configs[1]], build, tmp_path / "b", rerun=True, progress=False,
+                  shared=tmp_path / "index")
+    assert not linked.is_symlink() and (linked / "final.csv").exists()
+    assert (tmp_path / "a" / loop.run_label(configs[1]) / "final.csv").read_text() == original

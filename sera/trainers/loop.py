@@ -353,10 +353,17 @@ def run_grid(configs: list[RunConfig], build, runs_dir, rerun: bool = False,
         bar = tqdm(total=len(configs), desc="runs")
     for config in configs:
         folder = Path(runs_dir) / run_label(config)
+        elsewhere = None if rerun or shared is None else _finished_elsewhere(config, shared)
+        if folder.is_symlink() and (elsewhere is None
+                                    or folder.resolve() != elsewhere.resolve()):
+            folder.unlink()  # a link to another grid's run of other settings: not this run's
         if rerun:
             shutil.rmtree(folder, ignore_errors=True)
-        elif shared is not None and not (folder / "final.csv").exists():
-            folder = _finished_elsewhere(config, shared) or folder
+        elif elsewhere is not None and not (folder / "final.csv").exists():
+            if not folder.exists():  # this grid's folder name leads there too
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                folder.symlink_to(elsewhere.resolve(), target_is_directory=True)
+            folder = elsewhere
         parts.append(fit(build(replace(config, out=str(folder), progress=False))))
         if shared is not None:
             _index(config, folder, shared)
