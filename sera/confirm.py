@@ -201,20 +201,19 @@ def run(p: Point, runs_dir=RUNS_DIR, progress: bool = True) -> loop.Results:
     """Train (or resume, or read back) every run of the point, storing the finished runs' tables
     after each one lands, so that a session that ends mid-way loses only the run in progress."""
     predict(p, runs_dir=runs_dir)
-    configs = p.configs(runs_dir)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(configs), desc=p.name)
-    for config in configs:
-        loop.fit(BUILDERS[p.task](config))
-        store(p, runs_dir)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+    fit_and_store(p.configs(runs_dir), BUILDERS[p.task], lambda: store(p, runs_dir), p.name,
+                  progress)
     return load(p.name)
+
+
+def fit_and_store(configs, build, store_all, desc: str, progress: bool = True) -> None:
+    """Fit each config's study (build(config)) in turn, calling store_all() after each run
+    lands (shared by the confirmation points and sera.tuning's sweeps)."""
+    from tqdm.auto import tqdm
+
+    for config in tqdm(configs, desc=desc, disable=not progress):
+        loop.fit(build(config))
+        store_all()
 
 
 def finished(folder: Path) -> bool:
@@ -256,8 +255,7 @@ def store_runs(folders, out: Path, summary: dict, tables=TABLES, metrics=None,
     for folder in folders:
         records = [json.loads(line) for line in (folder / "provenance.jsonl").read_text()
                    .splitlines()]
-        runs.append({"run": str(folder.relative_to(folders[0].parents[1]))
-                     if len(folders[0].parents) > 1 else folder.name,
+        runs.append({"run": "/".join(folder.parts[-2:]),
                      "config": json.loads((folder / "config.json").read_text()),
                      "wall_s": round(sum(r.get("wall_s", 0.0) for r in records), 1),
                      "provenance": records})

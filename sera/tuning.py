@@ -74,31 +74,21 @@ def sweep(name: str) -> Sweep:
 
 def run(s: Sweep, runs_dir=RUNS_DIR, progress: bool = True) -> loop.Results:
     """Train (or resume, or read back) every run, storing the finished ones after each."""
-    configs = s.configs(runs_dir)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(configs), desc=s.name)
-    for config in configs:
-        loop.fit(classification.ClassificationStudy(config))
-        store(s, runs_dir)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+    confirm.fit_and_store(s.configs(runs_dir), classification.ClassificationStudy,
+                          lambda: store(s, runs_dir), s.name, progress)
     return load(s.name)
 
 
 def store(s: Sweep, runs_dir=RUNS_DIR) -> int:
     """The finished runs' metrics (the kept metrics only) and final tables, with an lr column,
     in data/study/<sweep>/; returns how many runs."""
-    done = [Path(c.out) for c in s.configs(runs_dir) if confirm.finished(Path(c.out))]
-    lrs = {Path(c.out): c.lr for c in s.configs(runs_dir)}
+    configs = s.configs(runs_dir)
+    lrs = {Path(c.out): c.lr for c in configs}
+    done = [folder for folder in lrs if confirm.finished(folder)]
     return confirm.store_runs(
         done, STUDY_DIR / s.name,
         {"sweep": s.name, "methods": list(s.methods), "seeds": s.seeds, "lrs": s.lrs(),
-         "runs_planned": len(s.configs(runs_dir)), "chosen_on": "tune_pass at K = 1",
+         "runs_planned": len(configs), "chosen_on": "tune_pass at K = 1",
          "rerun": f"python -m sera.tuning run {s.name}"},
         tables=("metrics", "final"), metrics=KEPT_METRICS,
         columns={folder: {"lr": lrs[folder]} for folder in done})
