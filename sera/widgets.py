@@ -42,6 +42,7 @@ def _int(value, low, high, label):
 
 
 @functools.cache
+@functools.cache
 def _explorer_class():
     import ipywidgets as widgets
     from ipympl.backend_nbagg import Canvas, FigureManager
@@ -172,17 +173,17 @@ def _explore(plot, key=None, **controls):
 def kappa_explorer():
     """kappa from the log-success series (notebook 01): success probability and rollouts."""
     return _explore(splot.plot_kappa_slider,
-                        p=_float(0.1, 0.01, 0.99, 0.01, "success probability p"),
-                        n=_int(8, 2, 64, "rollouts N"))
+                    p=_float(0.1, 0.01, 0.99, 0.01, "success probability p"),
+                    n=_int(8, 2, 64, "rollouts N"))
 
 
 def tilt_explorer():
     """How uniform counts tilt a two-prompt update (notebook 01)."""
     return _explore(splot.plot_direction_tilt,
-                        p1=_float(0.05, 0.01, 0.99, 0.01, "hard prompt p1"),
-                        p2=_float(0.3, 0.01, 0.99, 0.01, "easy prompt p2"),
-                        n=_int(8, 2, 64, "rollouts N each"),
-                        angle_deg=_float(60, 10, 170, 5, "angle between gradients (deg)"))
+                    p1=_float(0.05, 0.01, 0.99, 0.01, "hard prompt p1"),
+                    p2=_float(0.3, 0.01, 0.99, 0.01, "easy prompt p2"),
+                    n=_int(8, 2, 64, "rollouts N each"),
+                    angle_deg=_float(60, 10, 170, 5, "angle between gradients (deg)"))
 
 
 def waterline_explorer():
