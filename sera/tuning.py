@@ -1,14 +1,17 @@
 """Each method at its best step size: a learning-rate sweep chosen on a tuning split.
 
 Every method of notebook 06 shares one learning rate there, tuned for MaxRL; estimators with
-other gradient scales (GRPO's 1/std, r - mean, RAFT) may simply want another. The sweep trains
-each method at three learning rates spanning 10x around the preset's, with several seeds, on the
-training images minus a tuning split (ClassificationConfig.tune_fraction). Each run's final
-Pass@1 on the tuning split (metric `tune_pass`) chooses the method's learning rate; the held-out
-validation images, never used for that choice, give the final table. The runs take about an hour
-on one core, so their tables are stored in data/study/<sweep>/ with their provenance:
+other gradient scales (GRPO's 1/std, r - mean, RAFT) may simply want another. A sweep trains
+each method at three learning rates spanning 10x around the preset's, with several seeds, and
+keeps a tuning split out of training: digits hold out a fifth of the training images
+(ClassificationConfig.tune_fraction), mazes draw 64 extra mazes that neither the warm-up nor RL
+sees (MazeConfig.n_tune). Each run's final Pass@1 on the tuning split (metric `tune_pass`)
+chooses the method's learning rate; the held-out prompts, never used for that choice, give the
+final table. The digits sweep takes about 45 minutes on one core and the maze sweep about 70, so
+their tables are stored in data/study/<sweep>/ with their provenance:
 
     python -m sera.tuning run digits-lr     # trains (or resumes) every run, stores as they land
+    python -m sera.tuning run maze-lr
 
 Notebook 06 reads the stored tables (`load`, `best`, `at_best`).
 """
@@ -23,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from sera import confirm
-from sera.trainers import classification, loop
+from sera.trainers import classification, loop, maze
 
 FACTORS = (10**-0.5, 1.0, 10**0.5)
 """Learning rates as factors of the preset's: three values spanning 10x."""
@@ -32,12 +35,18 @@ RUNS_DIR = confirm.ROOT / "build" / "runs" / "tuning"
 KEPT_METRICS = ("val_pass", "pass", "tune_pass", "rollouts", "stopped", "cosine")
 
 
+BUILDERS = {"digits": classification.ClassificationStudy, "maze": maze.build}
+"""Each task's study from its configuration."""
+
+
 @dataclass(frozen=True)
 class Sweep:
-    """A learning-rate sweep: the base configuration, methods, seeds and factors."""
+    """A learning-rate sweep: the task, base configuration, methods, seeds and factors. A
+    sequence task's runs share one warm-up, trained on the training prompts only."""
 
     name: str
-    base: classification.ClassificationConfig
+    task: str
+    base: classification.ClassificationConfig | maze.MazeConfig
     methods: tuple[str, ...]
     seeds: int = 6
     factors: tuple[float, ...] = FACTORS
@@ -47,11 +56,14 @@ class Sweep:
 
     def configs(self, runs_dir=RUNS_DIR) -> list[classification.ClassificationConfig]:
         """Every (seed, method, learning rate), seeds outermost so that finished seeds pair."""
+        base = self.base
+        if isinstance(base, maze.MazeConfig):
+            base = dataclasses.replace(base, warmup_dir=str(Path(runs_dir) / self.name / "warmup"))
         out = []
         for seed in range(self.seeds):
             for method in self.methods:
                 for lr in self.lrs():
-                    config = dataclasses.replace(self.base, method=method, seed=seed, lr=lr,
+                    config = dataclasses.replace(base, method=method, seed=seed, lr=lr,
                                                  progress=False)
                     folder = Path(runs_dir) / self.name / f"lr-{lr:g}" / loop.run_label(config)
                     out.append(dataclasses.replace(config, out=str(folder)))
@@ -59,10 +71,14 @@ class Sweep:
 
 
 SWEEPS = {sweep.name: sweep for sweep in (
-    Sweep("digits-lr", dataclasses.replace(classification.PRESETS["fast"], tune_fraction=0.2),
+    Sweep("digits-lr", "digits",
+          dataclasses.replace(classification.PRESETS["fast"], tune_fraction=0.2),
           ("maxrl", "sera", "reweight", "grpo", "knapsack", "knapsack-maxrl", "gvm", "gvm-maxrl",
            "dars-hw", "dars-hw-maxrl", "cero-reconstruction", "dapo", "dapo-maxrl",
            "dars-hw-2stage", "sara-reconstruction", "rl2ml-0.5-reconstruction")),
+    # notebook 06's maze testbed (60 steps, N0 = 8, token-mean) with 64 tuning mazes
+    Sweep("maze-lr", "maze", dataclasses.replace(maze.PRESETS["fast"], steps=60, n_tune=64),
+          ("maxrl", "sera", "knapsack", "dapo")),
 )}
 
 
@@ -74,8 +90,8 @@ def sweep(name: str) -> Sweep:
 
 def run(s: Sweep, runs_dir=RUNS_DIR, progress: bool = True) -> loop.Results:
     """Train (or resume, or read back) every run, storing the finished ones after each."""
-    confirm.fit_and_store(s.configs(runs_dir), classification.ClassificationStudy,
-                          lambda: store(s, runs_dir), s.name, progress)
+    confirm.fit_and_store(s.configs(runs_dir), BUILDERS[s.task], lambda: store(s, runs_dir),
+                          s.name, progress)
     return load(s.name)
 
 
@@ -87,7 +103,7 @@ def store(s: Sweep, runs_dir=RUNS_DIR) -> int:
     done = [folder for folder in lrs if confirm.finished(folder)]
     return confirm.store_runs(
         done, STUDY_DIR / s.name,
-        {"sweep": s.name, "methods": list(s.methods), "seeds": s.seeds, "lrs": s.lrs(),
+        {"sweep": s.name, "task": s.task, "methods": list(s.methods), "seeds": s.seeds, "lrs": s.lrs(),
          "runs_planned": len(configs), "chosen_on": "tune_pass at K = 1",
          "rerun": f"python -m sera.tuning run {s.name}"},
         tables=("metrics", "final"), metrics=KEPT_METRICS,
@@ -98,14 +114,14 @@ def load(name: str, store_dir=None) -> loop.Results:
     folder = Path(store_dir or STUDY_DIR) / name
     if not (folder / "final.csv.gz").exists():
         raise FileNotFoundError(f"no stored sweep {name!r} in {folder}; run "
-                                f"`python -m sera.tuning run {name}` (about an hour on a core)")
+                                f"`python -m sera.tuning run {name}` (45-70 minutes on a core)")
     metrics, final = (pd.read_csv(folder / f"{t}.csv.gz") for t in ("metrics", "final"))
     return loop.Results(metrics, final, pd.DataFrame())
 
 
 def best(metrics: pd.DataFrame, metric: str = "tune_pass", k: int = 1) -> pd.DataFrame:
     """Each method's learning rate with the highest mean `metric` at K over its seeds (the
-    tuning split, never the held-out images), beside every rate's mean and seed count."""
+    tuning split, never the held-out prompts), beside every rate's mean and seed count."""
     rows = metrics[(metrics["metric"] == metric) & (metrics["k"] == k)]
     means = rows.groupby(["method", "lr"])["value"].agg(["mean", "size"]).reset_index()
     chosen = means.loc[means.groupby("method")["mean"].idxmax()]

@@ -149,6 +149,24 @@ def test_engine_honours_the_counts_and_the_seed():
     assert engine.generate(prompts, [3, 0, 5], sampling, seed=7) == first
 
 
+def test_the_tuning_mazes_are_apart_and_leave_the_held_out_ones_alone():
+    plain = maze.MazeTask(9, 60, 20, seed=3)
+    tuned = maze.MazeTask(9, 60, 20, seed=3, n_tune=16)
+    keys = lambda mazes: {g.tobytes() for g in mazes}
+    assert len(tuned.tune_prompts) == 16 and len(tuned.train_prompts) == 60
+    assert not keys(tuned.tune_mazes) & (keys(tuned.train_mazes) | keys(tuned.val_mazes))
+    assert keys(tuned.val_mazes) == keys(plain.val_mazes)  # the held-out mazes do not move
+    assert plain.tune_prompts == []
+    grid = tuned.tune_mazes[0]
+    answer = tuned.tokenizer.convert_tokens_to_ids(
+        maze.answer_text(maze.shortest_path(grid)).split())
+    assert tuned.reward("tune", 0, answer) == 1.0
+    with pytest.raises(ValueError, match="split"):
+        tuned.reward("test", 0, answer)
+    with pytest.raises(ValueError, match="n_tune"):
+        maze.MazeTask(9, 60, 20, n_tune=-1)
+
+
 def _tiny(tmp_path, **changes):
     config = maze_trainer.MazeConfig(
         size=7, n_train=16, n_val=8, width=16, layers=1, heads=2, kv_heads=1, warmup_steps=3,

@@ -9,7 +9,7 @@ import pytest
 
 from sera import confirm, tuning
 from sera.tasks.classification import hold_out, load_data
-from sera.trainers import classification
+from sera.trainers import classification, maze
 
 
 def test_the_tuning_split_is_apart_from_training_and_validation():
@@ -54,7 +54,7 @@ def test_a_tiny_sweep_stores_and_picks(tmp_path, monkeypatch):
     base = dataclasses.replace(classification.PRESETS["fast"], steps=4, eval_every=2,
                                checkpoint_every=2, tune_fraction=0.2, device="cpu",
                                min_allocated_share=0.0)
-    s = tuning.Sweep("tiny", base, ("maxrl", "sera"), seeds=2, factors=(0.5, 2.0))
+    s = tuning.Sweep("tiny", "digits", base, ("maxrl", "sera"), seeds=2, factors=(0.5, 2.0))
     results = tuning.run(s, tmp_path / "runs", progress=False)
     assert set(results.final["lr"]) == {0.025, 0.1}
     tune = results.metrics[results.metrics["metric"] == "tune_pass"]
@@ -69,3 +69,22 @@ def test_a_tiny_sweep_stores_and_picks(tmp_path, monkeypatch):
     summary = confirm.stored("tiny", tmp_path / "study")
     assert summary["runs_stored"] == summary["runs_planned"] == 8
     assert np.all([r["wall_s"] > 0 for r in summary["runs"]])
+
+
+def test_a_tiny_maze_sweep_chooses_on_the_tuning_mazes(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "STUDY_DIR", tmp_path / "study")
+    base = maze.MazeConfig(
+        size=7, n_train=16, n_val=8, n_tune=6, width=16, layers=1, heads=2, kv_heads=1,
+        warmup_steps=3, warmup_batch=8, steps=3, batch_size=4, n0=4, eval_every=3,
+        eval_samples=4, val_k=(1, 4), final_samples=8, max_new_tokens=12, checkpoint_every=3,
+        min_allocated_share=0.0, device="cpu")
+    s = tuning.Sweep("tiny-maze", "maze", base, ("maxrl", "sera"), seeds=1, factors=(0.5, 2.0))
+    configs = s.configs(tmp_path / "runs")
+    assert {c.warmup_dir for c in configs} == {str(tmp_path / "runs" / "tiny-maze" / "warmup")}
+    results = tuning.run(s, tmp_path / "runs", progress=False)
+    tune = results.metrics[results.metrics["metric"] == "tune_pass"]
+    assert len(tune.groupby(["method", "lr", "seed"])) == 4
+    assert set(tune["k"]) == {1, 2, 4, 8} and tune["value"].between(0, 1).all()
+    assert set(tuning.best(results.metrics)["method"]) == {"maxrl", "sera"}
+    summary = confirm.stored("tiny-maze", tmp_path / "study")
+    assert summary["task"] == "maze" and summary["runs_stored"] == 4

@@ -152,17 +152,26 @@ def build_tokenizer(folder: str | Path | None = None):
 class MazeTask:
     """Training and held-out mazes as token-id prompts, with the path verifier."""
 
-    def __init__(self, size: int, n_train: int, n_val: int, seed: int = 0):
+    def __init__(self, size: int, n_train: int, n_val: int, seed: int = 0, n_tune: int = 0):
+        """n_tune > 0 also draws a tuning split (tune_mazes, tune_prompts): mazes distinct
+        from both others by layout, never trained on, for choosing a learning rate without
+        touching the held-out ones. The held-out mazes do not depend on n_tune."""
+        n_tune = _checks.integer(n_tune, "n_tune", minimum=0)
         self.tokenizer = build_tokenizer()
-        self.train_mazes, self.val_mazes = dataset(n_train, n_val, size, seed)
+        train, self.val_mazes = dataset(n_train + n_tune, n_val, size, seed)
+        self.tune_mazes, self.train_mazes = train[:n_tune], train[n_tune:]
         encode = self.tokenizer.convert_tokens_to_ids
         self.train_prompts = [encode(prompt_text(g).split()) for g in self.train_mazes]
         self.val_prompts = [encode(prompt_text(g).split()) for g in self.val_mazes]
+        self.tune_prompts = [encode(prompt_text(g).split()) for g in self.tune_mazes]
         self.stop_token_id = encode("DONE")
         self.pad_token_id = self.tokenizer.pad_token_id
 
     def reward(self, split: str, index: int, response: list[int]) -> float:
-        grid = (self.train_mazes if split == "train" else self.val_mazes)[index]
+        mazes = {"train": self.train_mazes, "val": self.val_mazes, "tune": self.tune_mazes}
+        if split not in mazes:
+            raise ValueError(f"split must be train, val or tune, got {split!r}")
+        grid = mazes[split][index]
         return reward(grid, [VOCAB[t] for t in response])
 
     def answers(self, indices) -> list[list[int]]:

@@ -33,12 +33,16 @@ class MazeConfig(sequence.SequenceConfig):
     allocates only once every maze of a batch has been seen, i.e. after the first epoch."""
     n_val: int = 64
     """Held-out mazes, disjoint from training by layout (400 in the paper)."""
+    n_tune: int = 0
+    """Tuning mazes, distinct from the others and never trained on; their final Pass@K (metric
+    tune_pass) chooses a learning rate in sera.tuning without touching the held-out mazes."""
     allocator: AllocatorConfig = dataclasses.field(
         default_factory=lambda: AllocatorConfig(n_max_factor=4))
     """The allocator and its estimates (N_max = 4 n0 here)."""
 
     def task_fields(self) -> dict:
-        return {"size": self.size, "n_train": self.n_train, "n_val": self.n_val}
+        fields = {"size": self.size, "n_train": self.n_train, "n_val": self.n_val}
+        return {**fields, "n_tune": self.n_tune} if self.n_tune else fields
 
 
 PRESETS = {
@@ -53,7 +57,7 @@ PRESETS = {
 
 def build(config: MazeConfig) -> sequence.SequenceStudy:
     """The task, the warmed-up tiny decoder and the study that continues from it."""
-    task = MazeTask(config.size, config.n_train, config.n_val, config.data_seed)
+    task = MazeTask(config.size, config.n_train, config.n_val, config.data_seed, config.n_tune)
     model = sequence.tiny_decoder(config, task)
     return sequence.SequenceStudy(config, task, model)
 

@@ -215,13 +215,15 @@ class SequenceStudy:
         run.log("response_length", per_prompt(lengths).mean())
         run.log("grad_norm", float(norm))
 
-    def correct_counts(self, samples: int, stream: int, step: int) -> np.ndarray:
-        """Correct responses out of `samples` for every held-out prompt."""
-        prompts = self.task.val_prompts
+    def correct_counts(self, samples: int, stream: int, step: int,
+                       split: str = "val") -> np.ndarray:
+        """Correct responses out of `samples` for every prompt of a split (the held-out "val",
+        or the task's "tune" prompts)."""
+        prompts = getattr(self.task, f"{split}_prompts")
         responses = self._sample(prompts, np.full(len(prompts), samples), self.evaluation,
                                  stream, step)
         owner = np.repeat(np.arange(len(prompts)), samples)
-        rewards = np.array([self.task.reward("val", int(o), r)
+        rewards = np.array([self.task.reward(split, int(o), r)
                             for o, r in zip(owner, responses, strict=True)])
         return np.bincount(owner, weights=rewards, minlength=len(prompts)).astype(int)
 
@@ -238,6 +240,10 @@ class SequenceStudy:
         correct = self.correct_counts(samples, stream=2, step=run.step)
         for k in k_grid(samples):
             run.log("pass", pass_at_k(samples, correct, k).mean(), k)
+        if getattr(self.task, "tune_prompts", None):  # the learning-rate sweeps' choice
+            tune = self.correct_counts(samples, stream=3, step=run.step, split="tune")
+            for k in k_grid(samples):
+                run.log("tune_pass", pass_at_k(samples, tune, k).mean(), k)
         folder = Path(self.config.out) / "model"
         self.model.save_pretrained(folder)
         self.task.tokenizer.save_pretrained(folder)
@@ -293,7 +299,8 @@ def tiny_decoder(config: SequenceConfig, task: Task):
     from sera import models
 
     tokenizer = task.tokenizer
-    longest = max(map(len, task.train_prompts + task.val_prompts))
+    longest = max(map(len, task.train_prompts + task.val_prompts
+                      + list(getattr(task, "tune_prompts", []))))
     max_positions = longest + config.max_new_tokens + 8
     settings = {**warmup_settings(config, {**config.task_fields(), **config.decoder_fields()}),
                 "seed": config.data_seed, "max_positions": max_positions}
