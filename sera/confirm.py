@@ -46,6 +46,8 @@ of the math `fast` preset; the power calculation's only measured input."""
 POWER = 2.5
 """A predicted gain counts as resolvable when it is POWER standard errors over the seeds."""
 MIN_SEEDS = 6
+PROFILE_SAMPLES = 32
+"""Rollouts per prompt behind each stored profile.csv."""
 BUILDERS = {"math": math_trainer.build, "maze": maze_trainer.build}
 
 
@@ -61,6 +63,16 @@ class Point:
     arms: tuple[tuple[str, float | None], ...] = (("maxrl", None), ("sera", None),
                                                   ("sera", SAFEGUARD), ("grpo", None))
     why: str = ""
+    side_seeds: int | None = None
+    """Seeds of the arms other than maxrl and sera (None: the point's seeds), so that a
+    power-calculated seed count for the main comparison does not multiply every arm."""
+    k: int = 1
+    """The K whose predicted gain the power calculation sizes the seeds for."""
+    calibrate_on: str | None = None
+    """A point with stored MaxRL runs on the same task and learning rate. Set, the prediction
+    takes the simulator's step size from those runs' Pass@1 rise, the seed-to-seed SD at K
+    from their per-seed gains, and reads the profile as counts (`calibrated_prediction`).
+    None: step size 1 and the profile as measured, as the first points were predicted."""
 
     def configs(self, runs_dir=RUNS_DIR) -> list[SequenceConfig]:
         """Every run's configuration, all from one warm-up in runs_dir/<point>/warmup."""
@@ -69,6 +81,9 @@ class Point:
         out = []
         for seed in range(n_seeds(self)):
             for method, u_min in self.arms:
+                side = u_min is not None or method not in ("maxrl", "sera")
+                if side and self.side_seeds is not None and seed >= self.side_seeds:
+                    continue
                 config = dataclasses.replace(
                     base, method=method, seed=seed,
                     allocator=dataclasses.replace(base.allocator, u_min=u_min))
@@ -95,6 +110,13 @@ POINTS = {point.name: point for point in (
           seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)),
           why="three operations per problem, N0 = 16 and ten epochs, where the map predicts a "
               "gain at Pass@1; the seeds are the power calculation's for the predicted gain"),
+    Point("maze-n0-8-long", "maze", _maze(steps=320, eval_every=80, checkpoint_every=20),
+          seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)), k=32,
+          calibrate_on="maze-n0-8", side_seeds=MIN_SEEDS,
+          why="notebook 05's mazes and N0 for 16 epochs instead of 4: with the simulator's step "
+              "size calibrated on maze-n0-8's MaxRL runs, the cheapest maze setting where the "
+              "map predicts a clear gain; reported at Pass@32, where the gain is largest "
+              "against the seed-to-seed spread"),
     Point("maze-hard-n0-16", "maze",
           _maze(size=11, max_new_tokens=48, n0=16, steps=200, eval_every=40, checkpoint_every=10),
           seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)),
@@ -112,7 +134,7 @@ def n_seeds(p: Point) -> int:
         raise FileNotFoundError(f"{p.name} takes its seeds from its prediction: run "
                                 f"`python -m sera.confirm predict {p.name}` first")
     table = read_prediction(p.name)
-    return int(table[(table["arm"] == "sera") & (table["k"] == 1)]["seeds_needed"].iloc[0])
+    return int(table[(table["arm"] == "sera") & (table["k"] == p.k)]["seeds_needed"].iloc[0])
 
 
 def point(name: str) -> Point:
@@ -137,7 +159,7 @@ def seeds_needed(gain: float, sd: float = SEED_SD, power: float = POWER) -> int:
     return max(MIN_SEEDS, pymath.ceil((power * sd / gain) ** 2))
 
 
-def profile(p: Point, runs_dir=RUNS_DIR, samples: int = 32) -> np.ndarray:
+def profile(p: Point, runs_dir=RUNS_DIR, samples: int = PROFILE_SAMPLES) -> np.ndarray:
     """The point's difficulty profile: each training prompt's success probability under its
     warm-up, measured once (warming up first if needed) and stored beside its tables."""
     from sera.simulate import measure_profile
@@ -168,6 +190,8 @@ def predict(p: Point, repetitions: int = 24, lr: float = 1.0, runs_dir=RUNS_DIR,
     path = STUDY_DIR / p.name / "prediction.csv"
     if path.exists() and not overwrite:
         return read_prediction(p.name)
+    if p.calibrate_on is not None:
+        return calibrated_prediction(p, repetitions, runs_dir)
     p0 = profile(p, runs_dir)
     config = p.config
     ks = tuple(sorted({k for k in (1, 8, 32, 128) if k <= config.final_samples}
@@ -187,6 +211,73 @@ def predict(p: Point, repetitions: int = 24, lr: float = 1.0, runs_dir=RUNS_DIR,
     header = (f"# {p.name}: predicted gain over MaxRL (sera.simulate, {repetitions} repetitions, "
               f"lr {lr}, from profile.csv), written {time.strftime('%Y-%m-%d %H:%M')} before "
               f"the runs\n")
+    path.write_text(header + out.round(4).to_csv(index=False))
+    return out
+
+
+def seed_sd(name: str, k: int, arm_name: str = "sera", store_dir=None) -> float:
+    """Seed-to-seed standard deviation of the arm's gain over MaxRL at K in a point's stored
+    runs (per-seed paired differences over the held-out prompts)."""
+    row = compare(name, ks=(k,), store_dir=store_dir)
+    row = row[(row["arm"] == arm_name) & (row["k"] == k)]
+    if row.empty:
+        raise ValueError(f"{name} has no stored {arm_name} gain at K = {k}")
+    return float(np.std(row["per_seed"].iloc[0], ddof=1))
+
+
+def calibration(p: Point, runs_dir=RUNS_DIR, draws: int = 4) -> dict:
+    """The simulator's step size for p's task: the one at which MaxRL's simulated Pass@1 rises,
+    from the calibration point's profile and over its steps, by as much as its stored MaxRL
+    runs rose on the held-out prompts (mean over seeds, step 0 to the last evaluation)."""
+    from sera.simulate import SimulationConfig, calibrate_lr, posterior_draws
+
+    ref = point(p.calibrate_on)
+    metrics = load(ref.name).metrics
+    rows = metrics[(metrics["arm"] == "maxrl") & (metrics["metric"] == "val_pass")
+                   & (metrics["k"] == 1)]
+    last = int(rows["step"].max())
+    rise = rows[rows["step"] == last]["value"].mean() - rows[rows["step"] == 0]["value"].mean()
+    p0 = posterior_draws(profile(ref, runs_dir), PROFILE_SAMPLES, 1)[0]
+    config = SimulationConfig(method="maxrl", n0=ref.config.n0, batch_size=ref.config.batch_size,
+                              steps=last, allocator=ref.config.allocator)
+    lr = calibrate_lr(p0, config, float(rise), repetitions=draws)
+    return {"on": ref.name, "rise": round(float(rise), 4), "steps": last, "lr": round(lr, 4)}
+
+
+def calibrated_prediction(p: Point, repetitions: int = 24, runs_dir=RUNS_DIR) -> pd.DataFrame:
+    """predict() for a point with calibrate_on: the simulator at the calibrated step size, each
+    repetition from its own posterior draw of the point's profile, and the seeds sized with the
+    seed-to-seed SD measured at each K on the calibration point."""
+    from sera.simulate import SimulationConfig, posterior_draws, predicted_gain, regime_map
+
+    cal = calibration(p, runs_dir)
+    config = p.config
+    ks = tuple(sorted({k for k in (1, 8, 32, 128) if k <= config.final_samples}
+                      | {config.final_samples, p.k}))
+    draws = posterior_draws(profile(p, runs_dir), PROFILE_SAMPLES, repetitions)
+    parts = []
+    for label, u_min in (("sera", None), ("sera+safeguard", SAFEGUARD)):
+        base = SimulationConfig(batch_size=config.batch_size, eval_every=config.steps,
+                                lr=cal["lr"], ks=ks, allocator=dataclasses.replace(
+                                    config.allocator, u_min=u_min))
+        table = pd.concat([regime_map(draw, [config.n0], config.steps, repetitions=1,
+                                      base=dataclasses.replace(base, seed=r))
+                           for r, draw in enumerate(draws)], ignore_index=True)
+        gains = predicted_gain(table)
+        gains = gains[gains["step"] == config.steps]
+        parts.append(gains[["k", "gain", "low", "high"]].assign(arm=label))
+    out = pd.concat(parts, ignore_index=True)
+    out["sd"] = [seed_sd(cal["on"], int(k), arm) for k, arm in zip(out["k"], out["arm"],
+                                                                    strict=True)]
+    out["seeds_needed"] = [seeds_needed(g, sd) for g, sd in zip(out["gain"], out["sd"],
+                                                                 strict=True)]
+    path = STUDY_DIR / p.name / "prediction.csv"
+    header = (f"# {p.name}: predicted gain over MaxRL (sera.simulate, {repetitions} repetitions, "
+              f"each from its own Jeffreys-posterior draw of profile.csv; step size "
+              f"{cal['lr']} calibrated on {cal['on']}'s MaxRL Pass@1 rise of {cal['rise']} "
+              f"over {cal['steps']} steps; sd: seed-to-seed SD of the gain at K measured on "
+              f"{cal['on']}), written {time.strftime('%Y-%m-%d %H:%M')} before the runs\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + out.round(4).to_csv(index=False))
     return out
 
@@ -323,7 +414,7 @@ def status(names=None, store_dir=None) -> pd.DataFrame:
         p = point(name)
         planned = summary.get("runs_planned")
         if planned is None:
-            planned = (n_seeds(p) * len(p.arms)
+            planned = (len(p.configs())
                        if p.seeds is not None or (folder / "prediction.csv").exists() else None)
         rows.append({"point": name, "task": p.task, "n0": p.config.n0,
                      "steps": p.config.steps, "runs stored": summary.get("runs_stored", 0),

@@ -216,6 +216,54 @@ def predicted_gain(table: pd.DataFrame, treatment: str = "sera", control: str = 
     return out
 
 
+# ----------------------------------------------------------------------------- calibration
+
+def pass1_rise(p0, config: SimulationConfig, repetitions: int = 4) -> float:
+    """Mean rise of Pass@1 on the prompts from step 0 to config.steps over `repetitions` runs
+    (seeds config.seed, config.seed + 1, ...)."""
+    config = dataclasses.replace(config, eval_every=config.steps, ks=(1,))
+    metrics = simulate(p0, config, repetitions).metrics
+    passes = metrics[metrics["metric"] == "val_pass"]
+    end = passes[passes["step"] == config.steps]["value"].mean()
+    return float(end - passes[passes["step"] == 0]["value"].mean())
+
+
+def calibrate_lr(p0, config: SimulationConfig, rise: float, repetitions: int = 4,
+                 bounds: tuple[float, float] = (0.01, 20.0)) -> float:
+    """The simulator's step size at which `config` (MaxRL, say, at a real run's N0, batch size
+    and steps) raises Pass@1 on the prompts by `rise`, the rise the real runs measured: a root
+    of pass1_rise(lr) - rise found by Brent's method, the same seeds at every step size. This
+    ties the simulator's otherwise arbitrary step size to how fast the real model learns."""
+    from scipy.optimize import brentq
+
+    rise = _checks.real(rise, "rise", 0.0, 1.0, low_open=True)
+    low, high = bounds
+
+    def gap(lr):
+        return pass1_rise(p0, dataclasses.replace(config, lr=float(lr)), repetitions) - rise
+
+    if gap(low) > 0 or gap(high) < 0:
+        raise ValueError(f"a Pass@1 rise of {rise:.3f} is outside what step sizes {low:g} to "
+                         f"{high:g} give from this profile in {config.steps} steps")
+    return float(brentq(gap, low, high, xtol=1e-3, rtol=1e-3))
+
+
+def posterior_draws(p_hat, samples: int, draws: int, seed: int = 0) -> np.ndarray:
+    """Profiles consistent with one measured from `samples` rollouts per prompt: `draws` rows,
+    each prompt's p drawn from the Jeffreys posterior Beta(s + 1/2, n - s + 1/2) of its s
+    successes in n = samples. A prompt measured at 0 of 32 is then hard (p ~ 1/64), not
+    impossible: taken as exactly 0 it could never be learned in the simulator, and every
+    rollout SERA gave it would be wasted by construction."""
+    samples = _checks.integer(samples, "samples", minimum=1)
+    draws = _checks.integer(draws, "draws", minimum=1)
+    p_hat = _checks.probabilities(np.asarray(p_hat, dtype=float), "p_hat")
+    successes = np.round(p_hat * samples)
+    if not np.allclose(successes, p_hat * samples, atol=1e-6):
+        raise ValueError(f"p_hat must be counts out of {samples} (k / {samples})")
+    rng = np.random.default_rng([seed, 2])
+    return rng.beta(successes + 0.5, samples - successes + 0.5, size=(draws, p_hat.size))
+
+
 # ----------------------------------------------------------------------------- profiles
 
 def load_profiles(path=PROFILES_FILE) -> dict[str, np.ndarray]:
