@@ -120,3 +120,40 @@ def test_stored_points_read_back_when_present():
         assert summary["runs_stored"] == len(summary["runs"])
         assert len(results.final.groupby(["arm", "seed"])) == summary["runs_stored"]
         assert isinstance(results.metrics, pd.DataFrame)
+
+
+def test_side_arms_run_the_minimum_seeds_only(tmp_path, monkeypatch):
+    p = dataclasses.replace(confirm.point("maze-n0-8-long"), seeds=9)
+    configs = p.configs(tmp_path)
+    guarded = [c for c in configs if c.allocator.u_min is not None]
+    assert len(configs) == 2 * 9 + confirm.MIN_SEEDS
+    assert sorted(c.seed for c in guarded) == list(range(confirm.MIN_SEEDS))
+
+
+def test_seed_sd_is_the_spread_of_the_per_seed_paired_gains():
+    if not (confirm.STUDY_DIR / "maze-n0-8" / "final.csv.gz").exists():
+        pytest.skip("maze-n0-8 is not stored")
+    from sera.passk import pass_at_k
+
+    final = confirm.load("maze-n0-8").final
+    per_seed = []
+    for seed in sorted(set(final["seed"])):
+        a = final[(final["arm"] == "sera") & (final["seed"] == seed)].sort_values("prompt")
+        b = final[(final["arm"] == "maxrl") & (final["seed"] == seed)].sort_values("prompt")
+        per_seed.append(np.mean(pass_at_k(a["n"].to_numpy(), a["correct"].to_numpy(), 32)
+                                - pass_at_k(b["n"].to_numpy(), b["correct"].to_numpy(), 32)))
+    assert confirm.seed_sd("maze-n0-8", 32) == pytest.approx(np.std(per_seed, ddof=1))
+
+
+def test_a_calibrated_prediction_sizes_seeds_with_its_own_spread():
+    path = confirm.STUDY_DIR / "maze-n0-8-long" / "prediction.csv"
+    if not path.exists():
+        pytest.skip("maze-n0-8-long has no prediction")
+    assert "calibrated on maze-n0-8" in path.read_text().splitlines()[0]
+    table = confirm.read_prediction("maze-n0-8-long")
+    for row in table.itertuples():  # the file rounds gain and sd to 4 decimals
+        assert row.seeds_needed == pytest.approx(confirm.seeds_needed(row.gain, row.sd),
+                                                 rel=0.03, abs=1)
+    p = confirm.point("maze-n0-8-long")
+    assert confirm.n_seeds(p) == table[(table["arm"] == "sera")
+                                       & (table["k"] == p.k)]["seeds_needed"].iloc[0]

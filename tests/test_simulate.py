@@ -101,3 +101,35 @@ def test_bad_inputs_are_refused():
         simulate.SimulatedStudy(config, np.ones((2, 2)) * 0.5)
     with pytest.raises(ValueError):
         simulate.SimulatedStudy(dataclasses.replace(config), [1.5])
+
+
+def test_posterior_draws_follow_the_jeffreys_posterior_of_each_count():
+    samples, draws = 32, 4000
+    p_hat = np.array([0, 1, 8, 32]) / samples
+    out = simulate.posterior_draws(p_hat, samples, draws, seed=3)
+    assert out.shape == (draws, 4) and (out > 0).all() and (out < 1).all()
+    s = p_hat * samples
+    a, b = s + 0.5, samples - s + 0.5
+    mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
+    # each column's mean within 4 standard errors of the Beta mean
+    assert np.all(np.abs(out.mean(axis=0) - mean) < 4 * np.sqrt(var / draws))
+    assert np.array_equal(out, simulate.posterior_draws(p_hat, samples, draws, seed=3))
+    with pytest.raises(ValueError, match="counts out of 32"):
+        simulate.posterior_draws([0.1], samples, 2)
+
+
+def test_calibrated_step_size_reproduces_the_measured_rise():
+    p0 = np.random.default_rng(0).beta(0.6, 2.0, 64)
+    config = simulate.SimulationConfig(method="maxrl", n0=4, batch_size=16, steps=24)
+    slow = simulate.pass1_rise(p0, dataclasses.replace(config, lr=0.1))
+    fast = simulate.pass1_rise(p0, dataclasses.replace(config, lr=1.0))
+    assert 0 < slow < fast  # the rise grows with the step size
+    target = (slow + fast) / 2
+    lr = simulate.calibrate_lr(p0, config, target)
+    assert 0.1 < lr < 1.0
+    # the same seeds at every step size: the root's rise is the target up to the root's
+    # tolerance and the jumps of a finite number of Bernoulli draws
+    assert simulate.pass1_rise(p0, dataclasses.replace(config, lr=lr)) == pytest.approx(
+        target, abs=0.01)
+    with pytest.raises(ValueError, match="outside what step sizes"):
+        simulate.calibrate_lr(p0, config, 0.99)
