@@ -248,7 +248,7 @@ def calibrated_prediction(p: Point, repetitions: int = 24, runs_dir=RUNS_DIR) ->
     """predict() for a point with calibrate_on: the simulator at the calibrated step size, each
     repetition from its own posterior draw of the point's profile, and the seeds sized with the
     seed-to-seed SD measured at each K on the calibration point."""
-    from sera.simulate import SimulationConfig, posterior_draws, predicted_gain, regime_map
+    from sera.simulate import SimulationConfig, posterior_draws, predicted_gain, regime_map_over
 
     cal = calibration(p, runs_dir)
     config = p.config
@@ -260,10 +260,7 @@ def calibrated_prediction(p: Point, repetitions: int = 24, runs_dir=RUNS_DIR) ->
         base = SimulationConfig(batch_size=config.batch_size, eval_every=config.steps,
                                 lr=cal["lr"], ks=ks, allocator=dataclasses.replace(
                                     config.allocator, u_min=u_min))
-        table = pd.concat([regime_map(draw, [config.n0], config.steps, repetitions=1,
-                                      base=dataclasses.replace(base, seed=r))
-                           for r, draw in enumerate(draws)], ignore_index=True)
-        gains = predicted_gain(table)
+        gains = predicted_gain(regime_map_over(draws, [config.n0], config.steps, base=base))
         gains = gains[gains["step"] == config.steps]
         parts.append(gains[["k", "gain", "low", "high"]].assign(arm=label))
     out = pd.concat(parts, ignore_index=True)

@@ -175,6 +175,18 @@ def regime_map(p0, n0s, steps: int, methods=("maxrl", "sera"), repetitions: int 
     return pd.concat(rows, ignore_index=True)
 
 
+def regime_map_over(draws, n0s, steps: int, methods=("maxrl", "sera"),
+                    base: SimulationConfig | None = None) -> pd.DataFrame:
+    """regime_map with one repetition per profile, row r of `draws` (e.g. posterior_draws)
+    under seed base.seed + r, so that the spread over repetitions includes the profile's own
+    uncertainty."""
+    base = base or SimulationConfig()
+    draws = np.atleast_2d(np.asarray(draws, dtype=float))
+    return pd.concat([regime_map(draw, n0s, steps, methods, repetitions=1,
+                                 base=dataclasses.replace(base, seed=base.seed + r))
+                      for r, draw in enumerate(draws)], ignore_index=True)
+
+
 def _trajectory(metrics: pd.DataFrame) -> pd.DataFrame:
     """Validation Pass@K per evaluation step with the running means of the diagnostics."""
     keys = ["method", "n0", "seed"]
