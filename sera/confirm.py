@@ -453,8 +453,22 @@ def main(argv=None) -> int:
         elif args.action == "store":
             print(f"{name}: {store(p, args.runs_dir)} runs stored")
         else:
-            print(name, "\n", compare(name).round(3).to_string(index=False))
+            show(name)
     return 0
+
+
+def show(name: str) -> None:
+    """Print the point's status, then predicted beside measured gains, or the prediction alone
+    while no seed has both MaxRL and a treatment stored."""
+    print(status([name]).drop(columns="command").to_string(index=False))
+    stored_runs = (STUDY_DIR / name / "final.csv.gz").exists()
+    table = compare(name) if stored_runs else pd.DataFrame()
+    if table.empty:
+        print("no paired runs stored yet; the prediction (predicted gain over MaxRL):")
+        if (STUDY_DIR / name / "prediction.csv").exists():
+            print(read_prediction(name).round(3).to_string(index=False))
+        return
+    print(table.drop(columns="per_seed").round(3).to_string(index=False))
 
 
 if __name__ == "__main__":

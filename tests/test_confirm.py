@@ -157,3 +157,14 @@ def test_a_calibrated_prediction_sizes_seeds_with_its_own_spread():
     p = confirm.point("maze-n0-8-long")
     assert confirm.n_seeds(p) == table[(table["arm"] == "sera")
                                        & (table["k"] == p.k)]["seeds_needed"].iloc[0]
+
+
+def test_the_readme_show_command_reads_the_stored_point(capsys):
+    # README: `python -m sera.confirm show maze-n0-8-long` compares what is in with the prediction
+    assert "python -m sera.confirm show maze-n0-8-long" in (
+        confirm.ROOT / "README.md").read_text().replace("\n", " ")
+    if not (confirm.STUDY_DIR / "maze-n0-8-long" / "final.csv.gz").exists():
+        pytest.skip("no stored maze-n0-8-long runs yet")
+    assert confirm.main(["show", "maze-n0-8-long"]) == 0
+    shown = capsys.readouterr().out
+    assert "predicted" in shown and "measured" in shown
