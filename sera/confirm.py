@@ -12,7 +12,9 @@ command, torch and thread settings, instruction set, wall time):
     python -m sera.confirm run math-n0-4       # trains in build/runs/confirm/, stores each run
     python -m sera.confirm show math-n0-4      # predicted beside measured
 
-`make figures PROFILE=study` runs every point this way (hours on two cores); notebooks 05, 07
+Two processes may run the same point or sweep side by side, one per core: each trains only the
+runs the other has not claimed (`claim`), and the stored tables are replaced whole, never half
+written. `make figures PROFILE=study` runs every point this way (hours on two cores); notebooks 05, 07
 and 08 read the stored tables with `load` and `compare`.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math as pymath
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -296,12 +299,64 @@ def run(p: Point, runs_dir=RUNS_DIR, progress: bool = True) -> loop.Results:
 
 def fit_and_store(configs, build, store_all, desc: str, progress: bool = True) -> None:
     """Fit each config's study (build(config)) in turn, calling store_all() after each run
-    lands (shared by the confirmation points and sera.tuning's sweeps)."""
+    lands (shared by the confirmation points and sera.tuning's sweeps). Several processes may
+    work through the same list: each claims a run before training it and leaves the runs
+    another live process has claimed, so two cores finish a point in half the time."""
     from tqdm.auto import tqdm
 
     for config in tqdm(configs, desc=desc, disable=not progress):
-        loop.fit(build(config))
+        with claim(Path(config.out)) as ours:
+            if not ours:
+                continue
+            loop.fit(build(config))
         store_all()
+
+
+class claim:
+    """`with claim(folder) as ours`: ours is True when this process may train the run in
+    folder, held through a lock file beside it (folder.lock, with the owner's process id). A
+    lock whose process is gone is taken over; the lock goes when the block ends."""
+
+    def __init__(self, folder: Path):
+        self.lock = Path(folder).with_name(Path(folder).name + ".lock")
+        self.ours = False
+
+    def __enter__(self) -> bool:
+        self.lock.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                handle = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                if _alive(self.lock):
+                    return False
+                self.lock.unlink(missing_ok=True)  # its process died: take the run over
+                continue
+            with os.fdopen(handle, "w") as out:
+                out.write(str(os.getpid()))
+            self.ours = True
+            break
+        return self.ours
+
+    def __exit__(self, *exc) -> None:
+        if self.ours:
+            self.lock.unlink(missing_ok=True)
+
+
+def _alive(lock: Path) -> bool:
+    """Whether the process named in a lock file still runs."""
+    try:
+        pid = int(lock.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def finished(folder: Path) -> bool:
@@ -336,9 +391,12 @@ def store_runs(folders, out: Path, summary: dict, tables=TABLES, metrics=None,
             if name == "metrics" and metrics is not None:
                 table = table[table["metric"].isin(metrics)]
             parts.append(table.assign(**(columns or {}).get(folder, {})))
+        # written beside, then renamed: a reader (or another process storing) never sees half
+        scratch = out / f".{name}.csv.gz.{os.getpid()}"
         pd.concat(parts, ignore_index=True).to_csv(
-            out / f"{name}.csv.gz", index=False, compression={"method": "gzip", "mtime": 0},
+            scratch, index=False, compression={"method": "gzip", "mtime": 0},
             float_format="%.6g")
+        os.replace(scratch, out / f"{name}.csv.gz")
     runs = []
     for folder in folders:
         records = [json.loads(line) for line in (folder / "provenance.jsonl").read_text()
@@ -349,7 +407,9 @@ def store_runs(folders, out: Path, summary: dict, tables=TABLES, metrics=None,
                      "provenance": records})
     summary = {**summary, "runs_stored": len(runs),
                "wall_s": round(sum(r["wall_s"] for r in runs), 1), "runs": runs}
-    (out / "provenance.json").write_text(json.dumps(summary, indent=1) + "\n")
+    scratch = out / f".provenance.json.{os.getpid()}"
+    scratch.write_text(json.dumps(summary, indent=1) + "\n")
+    os.replace(scratch, out / "provenance.json")
     return len(runs)
 
 

@@ -168,3 +168,31 @@ def test_the_readme_show_command_reads_the_stored_point(capsys):
     assert confirm.main(["show", "maze-n0-8-long"]) == 0
     shown = capsys.readouterr().out
     assert "predicted" in shown and "measured" in shown
+
+
+def test_a_run_is_trained_by_one_process_at_a_time(tmp_path):
+    import subprocess
+    import sys
+
+    folder = tmp_path / "runs" / "maxrl_seed-0"
+    with confirm.claim(folder) as first:
+        assert first and (tmp_path / "runs" / "maxrl_seed-0.lock").exists()
+        with confirm.claim(folder) as second:  # held by a live process (this one)
+            assert not second
+    assert not (tmp_path / "runs" / "maxrl_seed-0.lock").exists()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "runs" / "maxrl_seed-0.lock").write_text(gone)  # left by a killed process
+    with confirm.claim(folder) as taken:
+        assert taken
+
+
+def test_fit_and_store_leaves_claimed_runs_to_their_owner(tmp_path, monkeypatch):
+    configs = [dataclasses.replace(maze.MazeConfig(), out=str(tmp_path / f"run-{i}"))
+               for i in range(3)]
+    fitted, stores = [], []
+    monkeypatch.setattr(confirm.loop, "fit", lambda study: fitted.append(study))
+    with confirm.claim(tmp_path / "run-1"):
+        confirm.fit_and_store(configs, lambda c: c.out, lambda: stores.append(1), "t",
+                              progress=False)
+    assert fitted == [str(tmp_path / "run-0"), str(tmp_path / "run-2")] and len(stores) == 2
