@@ -166,7 +166,7 @@ def main(argv=None) -> int:
         elif args.action == "store":
             print(f"{name}: {store(s, args.runs_dir)} runs stored")
         if args.action in ("run", "show"):
-            print(best(load(name).metrics).round(3).to_string(index=False))
+            print(best(load(name).metrics).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
 
 
