@@ -14,8 +14,8 @@ command, torch and thread settings, instruction set, wall time):
 
 Two processes may run the same point or sweep side by side, one per core: each trains only the
 runs the other has not claimed (`claim`), and the stored tables are replaced whole, never half
-written. `make figures PROFILE=study` runs every point this way (hours on two cores); notebooks 05, 07
-and 08 read the stored tables with `load` and `compare`.
+written. `make figures PROFILE=study` runs every point this way (hours on two cores);
+notebooks 05, 07 and 08 read the stored tables with `load` and `compare`.
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ def store(s: Sweep, runs_dir=RUNS_DIR) -> int:
     done = [folder for folder in lrs if confirm.finished(folder)]
     return confirm.store_runs(
         done, STUDY_DIR / s.name,
-        {"sweep": s.name, "task": s.task, "methods": list(s.methods), "seeds": s.seeds, "lrs": s.lrs(),
+        {"sweep": s.name, "task": s.task, "methods": list(s.methods), "seeds": s.seeds,
+         "lrs": s.lrs(),
          "runs_planned": len(configs), "chosen_on": "tune_pass at K = 1",
          "rerun": f"python -m sera.tuning run {s.name}"},
         tables=("metrics", "final"), metrics=KEPT_METRICS,
@@ -166,7 +167,8 @@ def main(argv=None) -> int:
         elif args.action == "store":
             print(f"{name}: {store(s, args.runs_dir)} runs stored")
         if args.action in ("run", "show"):
-            print(best(load(name).metrics).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            table = best(load(name).metrics)
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
 
 
