@@ -113,6 +113,13 @@ POINTS = {point.name: point for point in (
           seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)),
           why="three operations per problem, N0 = 16 and ten epochs, where the map predicts a "
               "gain at Pass@1; the seeds are the power calculation's for the predicted gain"),
+    Point("math-n0-4-long", "math", _math(steps=640, eval_every=160, checkpoint_every=20),
+          seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)), k=8,
+          calibrate_on="math-n0-4", side_seeds=MIN_SEEDS,
+          why="notebook 07's problems and N0 for 640 steps (40 epochs) instead of 40: with the "
+              "simulator's step size calibrated on math-n0-4's MaxRL runs, the cheapest math "
+              "setting where the map predicts a clear gain (at Pass@8); each run takes 16 times "
+              "a fast run, some 30 minutes on one core"),
     Point("maze-n0-8-long", "maze", _maze(steps=320, eval_every=80, checkpoint_every=20),
           seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)), k=32,
           calibrate_on="maze-n0-8", side_seeds=MIN_SEEDS,
