@@ -96,6 +96,13 @@ def test_config_keys_and_differences():
     assert differences({"n0": 4, "steps": 10, "allocator": {"u_min": None}},
                        {"n0": 8, "steps": 20, "allocator": {"u_min": 0.5}}) == \
         ["allocator.u_min", "n0"]
+    # a setting added after a run was saved is no change while it keeps its default
+    new = {"n0": 4, "n_tune": 0, "allocator": {"u_min": None, "rule": "a"}}
+    old = {"n0": 4, "allocator": {"u_min": None}}
+    fresh = {"n0": 8, "n_tune": 0, "allocator": {"u_min": None, "rule": "a"}}
+    assert differences(old, new, fresh) == []
+    assert differences(old, {**new, "n_tune": 64}, fresh) == ["n_tune"]
+    assert differences(old, new) == ["allocator.rule", "n_tune"]  # no defaults: strict
     with pytest.raises(ValueError, match="method must be one of"):
         RunConfig(method="ppo")
 

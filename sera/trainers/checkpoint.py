@@ -28,13 +28,14 @@ def write_csv(table, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def load(path: Path, config: dict) -> dict | None:
-    """The saved state if path exists; a ValueError if it was written by another config."""
+def load(path: Path, config: dict, defaults: dict | None = None) -> dict | None:
+    """The saved state if path exists; a ValueError if it was written by another config (a
+    setting added since, at its value in `defaults`, is no change)."""
     path = Path(path)
     if not path.exists():
         return None
     state = torch.load(path, map_location="cpu", weights_only=False)
-    changed = differences(state.get("config", {}), config)
+    changed = differences(state.get("config", {}), config, defaults)
     if changed:
         raise ValueError(f"{path} was written by a different configuration "
                          f"({', '.join(changed)} differ); use a new output folder, delete the "

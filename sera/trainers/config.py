@@ -123,6 +123,11 @@ def as_dict(config) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
+def defaults(config) -> dict:
+    """as_dict of the config's class with every field at its default."""
+    return as_dict(type(config)())
+
+
 def from_dict(cls, values: dict):
     """The config that as_dict turned into values (lists back to tuples, nested configs back)."""
     kwargs = {}
@@ -140,15 +145,21 @@ def from_dict(cls, values: dict):
     return cls(**kwargs)
 
 
-def differences(saved: dict, current: dict) -> list[str]:
-    """Names of the settings (dotted for nested ones) that differ, RESUMABLE ones aside."""
+def differences(saved: dict, current: dict, defaults: dict | None = None) -> list[str]:
+    """Names of the settings (dotted for nested ones) that differ, RESUMABLE ones aside. With
+    `defaults` (as_dict of the config class's defaults), a setting the saved run predates is no
+    change while it keeps its default value."""
     changed = []
+    defaults = defaults or {}
     for name in sorted(set(saved) | set(current)):
         if name in RESUMABLE:
             continue
+        if name not in saved and name in defaults and current.get(name) == defaults[name]:
+            continue
         a, b = saved.get(name), current.get(name)
         if isinstance(a, dict) and isinstance(b, dict):
-            changed += [f"{name}.{inner}" for inner in differences(a, b)]
+            inner_defaults = defaults.get(name) if isinstance(defaults.get(name), dict) else None
+            changed += [f"{name}.{inner}" for inner in differences(a, b, inner_defaults)]
         elif a != b:
             changed.append(name)
     return changed

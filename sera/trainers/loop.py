@@ -31,7 +31,7 @@ import pandas as pd
 
 from sera.allocation import Allocation
 from sera.trainers import checkpoint
-from sera.trainers.config import RunConfig, as_dict
+from sera.trainers.config import RunConfig, as_dict, defaults
 from sera.trainers.methods import METHODS, estimate, plan
 from sera.trainers.protocols import PROTOCOLS, GenerationLimit, Outcome
 
@@ -240,7 +240,7 @@ def fit(study: Study, callback=None) -> Results:
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     run = Run(study)
-    state = checkpoint.load(out / "checkpoint.pt", as_dict(config))
+    state = checkpoint.load(out / "checkpoint.pt", as_dict(config), defaults(config))
     if state is not None:
         run.load_state_dict(state)
         # more steps were asked for (a run its protocol stopped stays stopped)
@@ -390,7 +390,7 @@ def _finished_elsewhere(config: RunConfig, shared) -> Path | None:
     if not ((folder / "final.csv").exists() and state.exists()):
         return None
     saved = json.loads((folder / "config.json").read_text())
-    return folder if not checkpoint.differences(saved, as_dict(config)) else None
+    return folder if not checkpoint.differences(saved, as_dict(config), defaults(config)) else None
 
 
 def _index(config: RunConfig, folder: Path, shared) -> None:
