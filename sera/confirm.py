@@ -312,11 +312,14 @@ def fit_and_store(configs, build, store_all, desc: str, progress: bool = True) -
     from tqdm.auto import tqdm
 
     for config in tqdm(configs, desc=desc, disable=not progress):
+        if finished(Path(config.out)):
+            continue  # stored below, with the others
         with claim(Path(config.out)) as ours:
             if not ours:
                 continue
             loop.fit(build(config))
         store_all()
+    store_all()
 
 
 class claim:

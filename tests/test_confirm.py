@@ -66,7 +66,9 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
 
     monkeypatch.setattr(confirm, "store", counting_store)
     confirm.run(p, tmp_path / "runs", progress=False)
-    assert stored_after == [1, 2, 3, 4, 5, 6]  # each run stored as it lands
+    assert stored_after == [1, 2, 3, 4, 5, 6, 6]  # each run stored as it lands, then once more
+    confirm.run(p, tmp_path / "runs", progress=False)
+    assert stored_after[7:] == [6]  # finished runs are not fitted again, only stored once
 
     results = confirm.load("tiny")
     assert set(results.final["arm"]) == {"maxrl", "sera", "sera+safeguard"}
@@ -195,4 +197,4 @@ def test_fit_and_store_leaves_claimed_runs_to_their_owner(tmp_path, monkeypatch)
     with confirm.claim(tmp_path / "run-1"):
         confirm.fit_and_store(configs, lambda c: c.out, lambda: stores.append(1), "t",
                               progress=False)
-    assert fitted == [str(tmp_path / "run-0"), str(tmp_path / "run-2")] and len(stores) == 2
+    assert fitted == [str(tmp_path / "run-0"), str(tmp_path / "run-2")] and len(stores) == 3
