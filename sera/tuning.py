@@ -2,13 +2,14 @@
 
 Every method of notebook 06 shares one learning rate there, tuned for MaxRL; estimators with
 other gradient scales (GRPO's 1/std, r - mean, RAFT) may simply want another. A sweep trains
-each method at three learning rates spanning 10x around the preset's, with several seeds, and
-keeps a tuning split out of training: digits hold out a fifth of the training images
+each method at three learning rates spanning 10x around the preset's (digits add a fourth above,
+where three left most methods at the top rate), with several seeds, and keeps a tuning split out
+of training: digits hold out a fifth of the training images
 (ClassificationConfig.tune_fraction), mazes draw 64 extra mazes that neither the warm-up nor RL
 sees (MazeConfig.n_tune). Each run's final Pass@1 on the tuning split (metric `tune_pass`)
 chooses the method's learning rate; the held-out prompts, never used for that choice, give the
-final table. The digits sweep takes about 45 minutes on one core and the maze sweep about 70, so
-their tables are stored in data/study/<sweep>/ with their provenance:
+final table. The digits sweep takes about an hour on one core and the maze sweep about 70
+minutes, so their tables are stored in data/study/<sweep>/ with their provenance:
 
     python -m sera.tuning run digits-lr     # trains (or resumes) every run, stores as they land
     python -m sera.tuning run maze-lr
