@@ -121,6 +121,7 @@ def plot_confirmation(table: pd.DataFrame, title: str = ""):
     fig, axes = new_figure(ncols=len(arms), nrows=len(points), width=3.3, height=2.8,
                            squeeze=False, sharey="row")
     for row, name in enumerate(points):
+        drawn = []
         for ax, arm_name in zip(axes[row], arms, strict=True):
             rows = table[(table["point"] == name) & (table["arm"] == arm_name)].sort_values("k")
             if rows.empty:
@@ -128,10 +129,13 @@ def plot_confirmation(table: pd.DataFrame, title: str = ""):
                 continue
             _confirmation_panel(ax, rows, arm_name)
             seeds = int(rows["seeds"].max())
-            ax.set_title(f"{name + ': ' if name else ''}{arm_name} - maxrl ({seeds} seeds)",
-                         fontsize=9)
-        axes[row][0].set_ylabel("Pass@K gain over MaxRL")
-    axes[0][0].legend(loc="best", fontsize=7)
+            ax.set_title(f"{name + chr(10) if name else ''}{arm_name} - maxrl "
+                         f"({seeds} seed{'s' if seeds != 1 else ''})", fontsize=9)
+            drawn.append(ax)
+        if drawn:  # the row's first drawn panel carries its scale, whichever arm it shows
+            drawn[0].tick_params(labelleft=True)
+            drawn[0].set_ylabel("Pass@K gain over MaxRL")
+    next(ax for ax in axes.flat if ax.axison).legend(loc="best", fontsize=7)
     if title:
         fig.suptitle(title)
     return fig
