@@ -218,6 +218,8 @@ class Run:
 
 
 def _log_agreement(run: Run, name: str, estimate, exact) -> None:
+    if np.size(estimate) == 0:  # a step that sampled nothing (a sequential rule's last)
+        return
     run.log(f"{name}_mae", np.abs(estimate - exact).mean())
     if np.std(estimate) > 0 and np.std(exact) > 0:
         run.log(f"{name}_pearson", np.corrcoef(estimate, exact)[0, 1])
