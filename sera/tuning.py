@@ -2,9 +2,9 @@
 
 Every method of notebook 06 shares one learning rate there, tuned for MaxRL; estimators with
 other gradient scales (GRPO's 1/std, r - mean, RAFT) may simply want another. A sweep trains
-each method at three learning rates spanning 10x around the preset's (digits add a fourth above,
-where three left most methods at the top rate), with several seeds, and keeps a tuning split out
-of training: digits hold out a fifth of the training images
+each method at three learning rates spanning 10x around the preset's (digits add one above and
+one below, where three left methods at an edge), with several seeds, and keeps a tuning split
+out of training: digits hold out a fifth of the training images
 (ClassificationConfig.tune_fraction), mazes draw 64 extra mazes that neither the warm-up nor RL
 sees (MazeConfig.n_tune). Each run's final Pass@1 on the tuning split (metric `tune_pass`)
 chooses the method's learning rate; the held-out prompts, never used for that choice, give the
@@ -72,14 +72,15 @@ class Sweep:
 
 
 SWEEPS = {sweep.name: sweep for sweep in (
-    # Three rates spanning 10x chose the top one for 9 of the 16 methods, so the grid goes one
-    # factor of sqrt(10) further up: no method's best may sit at an edge it could cross.
+    # Three rates spanning 10x chose the top one for 9 of the 16 methods, so the grid went one
+    # factor of sqrt(10) further up; there DAPO chose the bottom one, so it goes one further
+    # down too: no method's best may sit at an edge it could cross.
     Sweep("digits-lr", "digits",
           dataclasses.replace(classification.PRESETS["fast"], tune_fraction=0.2),
           ("maxrl", "sera", "reweight", "grpo", "knapsack", "knapsack-maxrl", "gvm", "gvm-maxrl",
            "dars-hw", "dars-hw-maxrl", "cero-reconstruction", "dapo", "dapo-maxrl",
            "dars-hw-2stage", "sara-reconstruction", "rl2ml-0.5-reconstruction"),
-          factors=FACTORS + (10.0,)),
+          factors=(0.1,) + FACTORS + (10.0,)),
     # notebook 06's maze testbed (60 steps, N0 = 8, token-mean) with 64 tuning mazes
     Sweep("maze-lr", "maze", dataclasses.replace(maze.PRESETS["fast"], steps=60, n_tune=64),
           ("maxrl", "sera", "knapsack", "dapo")),
