@@ -3,8 +3,8 @@
 Every method of notebook 06 shares one learning rate there, tuned for MaxRL; estimators with
 other gradient scales (GRPO's 1/std, r - mean, RAFT) may simply want another. A sweep trains
 each method at three learning rates spanning 10x around the preset's (digits add one above and
-one below, mazes one below, where three left methods at an edge), with several seeds, and keeps a tuning split
-out of training: digits hold out a fifth of the training images
+one below, mazes one below, where three left methods at an edge), with several seeds, and keeps
+a tuning split out of training: digits hold out a fifth of the training images
 (ClassificationConfig.tune_fraction), mazes draw 64 extra mazes that neither the warm-up nor RL
 sees (MazeConfig.n_tune). Each run's final Pass@1 on the tuning split (metric `tune_pass`)
 chooses the method's learning rate; the held-out prompts, never used for that choice, give the
