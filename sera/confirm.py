@@ -49,6 +49,8 @@ of the math `fast` preset; the power calculation's only measured input."""
 POWER = 2.5
 """A predicted gain counts as resolvable when it is POWER standard errors over the seeds."""
 MIN_SEEDS = 6
+MAIN_ARMS = (("maxrl", None), ("sera", None), ("sera", SAFEGUARD))
+"""The arms of the points that leave GRPO out: MaxRL, SERA and SERA with the safeguard."""
 PROFILE_SAMPLES = 32
 """Rollouts per prompt behind each stored profile.csv."""
 BUILDERS = {"math": math_trainer.build, "maze": maze_trainer.build}
@@ -110,18 +112,18 @@ POINTS = {point.name: point for point in (
     Point("math-hard-n0-16", "math",
           _math(n0=16, steps=160, eval_every=40, checkpoint_every=10, problem_steps=3,
                 max_new_tokens=64),  # worked solutions of three steps take 55-61 tokens
-          seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)),
+          seeds=None, arms=MAIN_ARMS,
           why="three operations per problem, N0 = 16 and ten epochs, where the map predicts a "
               "gain at Pass@1; the seeds are the power calculation's for the predicted gain"),
     Point("math-n0-4-long", "math", _math(steps=640, eval_every=160, checkpoint_every=20),
-          seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)), k=8,
+          seeds=None, arms=MAIN_ARMS, k=8,
           calibrate_on="math-n0-4", side_seeds=MIN_SEEDS,
           why="notebook 07's problems and N0 for 640 steps (40 epochs) instead of 40: with the "
               "simulator's step size calibrated on math-n0-4's MaxRL runs, the cheapest math "
               "setting where the map predicts a clear gain (at Pass@8); each run takes 16 times "
               "a fast run, some 30 minutes on one core"),
     Point("maze-n0-8-long", "maze", _maze(steps=320, eval_every=80, checkpoint_every=20),
-          seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)), k=32,
+          seeds=None, arms=MAIN_ARMS, k=32,
           calibrate_on="maze-n0-8", side_seeds=MIN_SEEDS,
           why="notebook 05's mazes and N0 for 16 epochs instead of 4: with the simulator's step "
               "size calibrated on maze-n0-8's MaxRL runs, the cheapest maze setting where the "
@@ -129,7 +131,7 @@ POINTS = {point.name: point for point in (
               "against the seed-to-seed spread"),
     Point("maze-hard-n0-16", "maze",
           _maze(size=11, max_new_tokens=48, n0=16, steps=200, eval_every=40, checkpoint_every=10),
-          seeds=None, arms=(("maxrl", None), ("sera", None), ("sera", SAFEGUARD)),
+          seeds=None, arms=MAIN_ARMS,
           why="11 x 11 mazes, N0 = 16 and ten epochs: harder prompts and more budget, the "
               "direction in which the map's gain grows; the seeds are the power calculation's"),
 )}
@@ -195,27 +197,13 @@ def predict(p: Point, repetitions: int = 24, lr: float = 1.0, runs_dir=RUNS_DIR,
     step, from its own difficulty profile, with the seeds the power calculation asks for;
     written to data/study/<point>/prediction.csv once (a prediction is made before the runs and
     not rewritten unless overwrite)."""
-    from sera.simulate import SimulationConfig, predicted_gain, regime_map
-
     path = STUDY_DIR / p.name / "prediction.csv"
     if path.exists() and not overwrite:
         return read_prediction(p.name)
     if p.calibrate_on is not None:
         return calibrated_prediction(p, repetitions, runs_dir)
-    p0 = profile(p, runs_dir)
-    config = p.config
-    ks = tuple(sorted({k for k in (1, 8, 32, 128) if k <= config.final_samples}
-                      | {config.final_samples}))
-    parts = []
-    for label, u_min in (("sera", None), ("sera+safeguard", SAFEGUARD)):
-        base = SimulationConfig(batch_size=config.batch_size, eval_every=config.steps, lr=lr,
-                                ks=ks, allocator=dataclasses.replace(config.allocator,
-                                                                     u_min=u_min))
-        table = regime_map(p0, [config.n0], config.steps, repetitions=repetitions, base=base)
-        gains = predicted_gain(table)
-        gains = gains[gains["step"] == config.steps]
-        parts.append(gains[["k", "gain", "low", "high"]].assign(arm=label))
-    out = pd.concat(parts, ignore_index=True)
+    # one repetition per row, seeds 0, 1, ...: the same runs as regime_map's repetitions
+    out = _arm_gains(p, np.tile(profile(p, runs_dir), (repetitions, 1)), lr)
     out["seeds_needed"] = [seeds_needed(g) for g in out["gain"]]
     path.parent.mkdir(parents=True, exist_ok=True)
     header = (f"# {p.name}: predicted gain over MaxRL (sera.simulate, {repetitions} repetitions, "
@@ -223,6 +211,25 @@ def predict(p: Point, repetitions: int = 24, lr: float = 1.0, runs_dir=RUNS_DIR,
               f"the runs\n")
     path.write_text(header + out.round(4).to_csv(index=False))
     return out
+
+
+def _arm_gains(p: Point, starts, lr: float) -> pd.DataFrame:
+    """Simulated SERA - MaxRL and safeguarded SERA - MaxRL at the point's final step, one
+    repetition per row of `starts` (profiles), at step size lr."""
+    from sera.simulate import SimulationConfig, predicted_gain, regime_map_over
+
+    config = p.config
+    ks = tuple(sorted({k for k in (1, 8, 32, 128) if k <= config.final_samples}
+                      | {config.final_samples, p.k}))
+    parts = []
+    for label, u_min in (("sera", None), ("sera+safeguard", SAFEGUARD)):
+        base = SimulationConfig(batch_size=config.batch_size, eval_every=config.steps, lr=lr,
+                                ks=ks, allocator=dataclasses.replace(config.allocator,
+                                                                     u_min=u_min))
+        gains = predicted_gain(regime_map_over(starts, [config.n0], config.steps, base=base))
+        gains = gains[gains["step"] == config.steps]
+        parts.append(gains[["k", "gain", "low", "high"]].assign(arm=label))
+    return pd.concat(parts, ignore_index=True)
 
 
 def seed_sd(name: str, k: int, arm_name: str = "sera", store_dir=None) -> float:
@@ -258,22 +265,11 @@ def calibrated_prediction(p: Point, repetitions: int = 24, runs_dir=RUNS_DIR) ->
     """predict() for a point with calibrate_on: the simulator at the calibrated step size, each
     repetition from its own posterior draw of the point's profile, and the seeds sized with the
     seed-to-seed SD measured at each K on the calibration point."""
-    from sera.simulate import SimulationConfig, posterior_draws, predicted_gain, regime_map_over
+    from sera.simulate import posterior_draws
 
     cal = calibration(p, runs_dir)
-    config = p.config
-    ks = tuple(sorted({k for k in (1, 8, 32, 128) if k <= config.final_samples}
-                      | {config.final_samples, p.k}))
     draws = posterior_draws(profile(p, runs_dir), PROFILE_SAMPLES, repetitions)
-    parts = []
-    for label, u_min in (("sera", None), ("sera+safeguard", SAFEGUARD)):
-        base = SimulationConfig(batch_size=config.batch_size, eval_every=config.steps,
-                                lr=cal["lr"], ks=ks, allocator=dataclasses.replace(
-                                    config.allocator, u_min=u_min))
-        gains = predicted_gain(regime_map_over(draws, [config.n0], config.steps, base=base))
-        gains = gains[gains["step"] == config.steps]
-        parts.append(gains[["k", "gain", "low", "high"]].assign(arm=label))
-    out = pd.concat(parts, ignore_index=True)
+    out = _arm_gains(p, draws, cal["lr"])
     out["sd"] = [seed_sd(cal["on"], int(k), arm) for k, arm in zip(out["k"], out["arm"],
                                                                     strict=True)]
     out["seeds_needed"] = [seeds_needed(g, sd) for g, sd in zip(out["gain"], out["sd"],
