@@ -20,6 +20,7 @@ from sera.plotting.fidelity import (
 )
 from sera.plotting.regime import (
     plot_confirmation,
+    plot_departure,
     plot_difficulty_profiles,
     plot_regime_diagnostics,
     plot_regime_map,
@@ -57,6 +58,7 @@ __all__ = [
     "plot_budget_concentration",
     "plot_difficulty_profiles",
     "plot_confirmation",
+    "plot_departure",
     "plot_regime_diagnostics",
     "plot_regime_map",
     "plot_regime_slider",

@@ -159,3 +159,57 @@ def _confirmation_panel(ax, rows: pd.DataFrame, arm_name: str) -> None:
     ax.set_xticks(k, labels=[str(int(v)) for v in k])
     ax.minorticks_off()
     ax.set_xlabel("K")
+
+
+SOURCES = {"measured": {"ls": "-", "marker": "o"}, "simulated": {"ls": "--", "marker": "D"}}
+"""How the real runs and the simulator's runs of one point are told apart in plot_departure."""
+
+
+def _arm_color(arm_name: str) -> str:
+    return "#67000d" if arm_name == "sera+safeguard" else line(arm_name)["color"]
+
+
+@styled
+def plot_departure(curves: pd.DataFrame, bands: pd.DataFrame, title: str = ""):
+    """The training prompts of one point, real runs (solid) beside the simulator's (dashed):
+    success rate of the prompts visited per epoch, share of rollouts in mixed groups per epoch
+    (means over seeds), and each arm's last-epoch success minus MaxRL's per warm-up difficulty
+    band with its Student-t interval over seeds. curves: sera.diagnosis.training_curves rows,
+    bands: sera.diagnosis.band_gains rows, each with a `source` column (measured, simulated)."""
+    if curves.empty or bands.empty:
+        return message_figure("no training rollouts to compare")
+    fig, axes = new_figure(ncols=3, width=3.4, height=2.9, squeeze=False)
+    axes = axes[0]
+    means = curves.groupby(["source", "arm", "epoch"])[["success", "signal"]].mean()
+    for (source, arm_name), part in means.groupby(level=["source", "arm"]):
+        epochs = part.index.get_level_values("epoch") + 1
+        for ax, value in zip(axes[:2], ("success", "signal"), strict=True):
+            ax.plot(epochs, part[value], color=_arm_color(arm_name), ls=SOURCES[source]["ls"],
+                    label=f"{arm_name}, {source}")
+    axes[0].set_ylabel("training prompts: success rate")
+    axes[1].set_ylabel("rollouts in mixed groups (share)")
+    for ax in axes[:2]:
+        ax.set_xlabel("epoch")
+    axes[0].legend(fontsize=6)
+    present = set(bands["band"].astype(str))  # bands in their order, empty ones left out
+    labels = [b for b in pd.Categorical(bands["band"]).categories if b in present]
+    arms = list(dict.fromkeys(bands["arm"]))
+    slots = [(arm_name, source) for arm_name in arms for source in SOURCES]
+    width = 0.8 / len(slots)
+    for i, (arm_name, source) in enumerate(slots):
+        part = bands[(bands["arm"] == arm_name) & (bands["source"] == source)]
+        part = part.set_index("band").reindex(labels)
+        x = np.arange(len(labels)) - 0.4 + width * (i + 0.5)
+        err = np.vstack([part["gain"] - part["low"], part["high"] - part["gain"]])
+        axes[2].errorbar(x, part["gain"], yerr=np.nan_to_num(err), fmt=SOURCES[source]["marker"],
+                         color=_arm_color(arm_name), ms=4, lw=1.2,
+                         mfc="white" if source == "simulated" else _arm_color(arm_name),
+                         label=f"{arm_name}, {source}")
+    axes[2].axhline(0, color="#404040", lw=0.8)
+    axes[2].set_xticks(np.arange(len(labels)), labels=labels, fontsize=7)
+    axes[2].set_xlabel("warm-up success (32 samples)")
+    axes[2].set_ylabel("last epoch: success - MaxRL's")
+    axes[2].legend(fontsize=6)
+    if title:
+        fig.suptitle(title)
+    return fig

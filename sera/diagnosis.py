@@ -1,0 +1,160 @@
+"""Why a confirmation point's measurement departs from its prediction: the same statistics of the
+training rollouts, computed from the real runs and from the simulator's runs of the same point.
+
+The simulator predicts Pass@K on its own training prompts, each an independent logit moved only by
+its own rollouts. The real runs are scored on held-out prompts, by a model whose prompts share
+every parameter. Both kinds of run store the same allocations table (one row per prompt visit:
+step, epoch, rollouts, successes), so the training prompts can be compared like for like:
+
+- `training_curves`: per epoch, the success rate on the training prompts visited (a Pass@1 on
+  the training set, measured on-policy) and the share of the budget that landed in mixed groups,
+  the only groups whose MaxRL advantages are not all zero;
+- `band_gains`: SERA - MaxRL success in the last epoch by the prompt's difficulty in the
+  warm-up profile (never solved in 32 samples, up to 1/4, up to 3/4, above), with each band's
+  rollouts per visit: where the allocator moved the budget, and what it bought there;
+- `simulated_allocations`: the simulator's allocations for the point's arms, from the same
+  posterior draws and calibrated step size as the point's prediction;
+- `coverage`: the share of held-out prompts never solved in the final samples, and of those
+  solved at least half the time, the two ends that move Pass@K at large and at small K.
+
+notebooks/08_when_sera_helps.ipynb reads the long maze point with them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from sera import confirm
+from sera.results import t_half_width
+
+EDGES = (0.25, 0.75)
+"""Upper edges of the warm-up difficulty bands after "never solved"; the last band is the rest."""
+
+
+def difficulty_band(p_hat) -> pd.Categorical:
+    """Each prompt's band of warm-up success: never solved, then (0, 1/4], (1/4, 3/4], (3/4, 1]."""
+    p_hat = np.asarray(p_hat, dtype=float)
+    if p_hat.size and (np.nanmin(p_hat) < 0 or np.nanmax(p_hat) > 1):
+        raise ValueError("p_hat must be success probabilities in [0, 1]")
+    labels = ["never solved", f"(0, {EDGES[0]:g}]", f"({EDGES[0]:g}, {EDGES[1]:g}]",
+              f"({EDGES[1]:g}, 1]"]
+    codes = np.where(p_hat <= 0, 0, 1 + np.searchsorted(EDGES, p_hat, side="left"))
+    return pd.Categorical.from_codes(codes, labels)
+
+
+def _with_rates(allocations: pd.DataFrame) -> pd.DataFrame:
+    table = allocations[allocations["rollouts"] > 0].copy()
+    if table.empty:
+        raise ValueError("the allocations table has no visit with rollouts")
+    if "arm" not in table.columns:
+        table["arm"] = confirm.arm(table)
+    table["rate"] = table["successes"] / table["rollouts"]
+    table["mixed"] = (table["successes"] > 0) & (table["successes"] < table["rollouts"])
+    return table
+
+
+def training_curves(allocations: pd.DataFrame) -> pd.DataFrame:
+    """Per (arm, seed, epoch): `success`, the mean success rate of the training prompts visited
+    (each prompt counts once per visit, whatever its rollouts), and `signal`, the share of the
+    epoch's rollouts in mixed groups (0 < successes < rollouts)."""
+    table = _with_rates(allocations)
+    table["in_mixed"] = table["rollouts"] * table["mixed"]
+    grouped = table.groupby(["arm", "seed", "epoch"])
+    out = grouped.agg(success=("rate", "mean"), in_mixed=("in_mixed", "sum"),
+                      rollouts=("rollouts", "sum")).reset_index()
+    out["signal"] = out["in_mixed"] / out["rollouts"]
+    return out.drop(columns=["in_mixed", "rollouts"])
+
+
+def _paired(values: pd.DataFrame, treatment: str, control: str,
+            confidence: float) -> dict:
+    """Mean of the per-seed treatment - control differences with a Student-t interval."""
+    diff = (values[treatment] - values[control]).dropna().to_numpy()
+    half = float(t_half_width(diff.std(ddof=1), diff.size, confidence)) if diff.size > 1 \
+        else np.nan
+    mean = float(diff.mean()) if diff.size else np.nan
+    return {"gain": mean, "low": mean - half, "high": mean + half, "seeds": int(diff.size)}
+
+
+def band_gains(allocations: pd.DataFrame, profile, control: str = "maxrl", epoch: int | None = None,
+               confidence: float = 0.95) -> pd.DataFrame:
+    """Each arm's success on the training prompts minus `control`'s, in one epoch (default the
+    last), per warm-up difficulty band (`difficulty_band` of profile, indexed by prompt id),
+    paired by seed with a Student-t interval; with the band's share of prompts and the mean
+    rollouts per visit of the arm and of the control."""
+    profile = np.asarray(profile, dtype=float)
+    table = _with_rates(allocations)
+    if table["prompt"].max() >= profile.size:
+        raise ValueError(f"profile has {profile.size} prompts; the allocations name prompt "
+                         f"{table['prompt'].max()}")
+    epoch = int(table["epoch"].max()) if epoch is None else int(epoch)
+    table = table[table["epoch"] == epoch]
+    if table.empty:
+        raise ValueError(f"no visit in epoch {epoch}")
+    bands = difficulty_band(profile)
+    table["band"] = bands[table["prompt"].to_numpy()]
+    if control not in set(table["arm"]):
+        raise ValueError(f"no {control!r} arm in the allocations")
+    rates = table.groupby(["band", "seed", "arm"], observed=True)["rate"].mean().unstack("arm")
+    visits = table.groupby(["band", "arm"], observed=True)["rollouts"].mean().unstack("arm")
+    share = pd.Series(bands).value_counts(normalize=True)
+    rows = []
+    for band, part in rates.groupby(level="band", observed=True):
+        for arm_name in [a for a in part.columns if a != control]:
+            rows.append({"arm": arm_name, "band": band, "prompts": float(share[band]),
+                         **_paired(part, arm_name, control, confidence),
+                         "rollouts": float(visits.loc[band, arm_name]),
+                         "control_rollouts": float(visits.loc[band, control])})
+    out = pd.DataFrame(rows)
+    out["band"] = pd.Categorical(out["band"], categories=bands.categories, ordered=True)
+    return out.sort_values(["arm", "band"], ignore_index=True).assign(epoch=epoch)
+
+
+def simulated_allocations(name: str, repetitions: int = 24, runs_dir=confirm.RUNS_DIR,
+                          seed: int = 0) -> pd.DataFrame:
+    """The simulator's allocations table for every arm of a calibrated point, one repetition per
+    Jeffreys-posterior draw of the point's profile, at the step size its prediction used (the
+    draws and seeds of `confirm.calibrated_prediction`); with an arm column."""
+    from sera.simulate import SimulationConfig, posterior_draws, simulate
+
+    p = confirm.point(name)
+    if p.calibrate_on is None:
+        raise ValueError(f"{name} was predicted at the map's step size; simulated_allocations "
+                         f"reads points calibrated on stored runs")
+    lr = confirm.calibration(p, runs_dir)["lr"]
+    draws = posterior_draws(confirm.profile(p, runs_dir), confirm.PROFILE_SAMPLES, repetitions,
+                            seed)
+    config = p.config
+    parts = []
+    for method, u_min in p.arms:
+        base = SimulationConfig(method=method, n0=config.n0, batch_size=config.batch_size,
+                                steps=config.steps, eval_every=config.steps, lr=lr, ks=(1,),
+                                allocator=dataclasses.replace(config.allocator, u_min=u_min))
+        for r, draw in enumerate(draws):
+            run = dataclasses.replace(base, seed=seed + r)
+            parts.append(simulate(draw, run).allocations)
+    table = pd.concat(parts, ignore_index=True)
+    return table.assign(arm=confirm.arm(table))
+
+
+def coverage(final: pd.DataFrame, control: str = "maxrl", confidence: float = 0.95) -> pd.DataFrame:
+    """Per arm: the share of held-out prompts never solved in their final samples (`unsolved`)
+    and of those solved at least half the time (`solid`), each arm minus `control` paired by
+    seed with a Student-t interval."""
+    table = final.copy()
+    if "arm" not in table.columns:
+        table["arm"] = confirm.arm(table)
+    table["unsolved"] = table["correct"] == 0
+    table["solid"] = table["correct"] >= table["n"] / 2
+    shares = table.groupby(["seed", "arm"])[["unsolved", "solid"]].mean()
+    rows = []
+    for what in ("unsolved", "solid"):
+        values = shares[what].unstack("arm")
+        for arm_name in values.columns:
+            level = float(values[arm_name].mean())
+            gap = _paired(values, arm_name, control, confidence) if arm_name != control else {}
+            rows.append({"share": what, "arm": arm_name, "level": level, **gap})
+    return pd.DataFrame(rows)
