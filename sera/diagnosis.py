@@ -79,14 +79,17 @@ def _paired(values: pd.DataFrame, treatment: str, control: str,
     return {"gain": mean, "low": mean - half, "high": mean + half, "seeds": int(diff.size)}
 
 
-def band_gains(allocations: pd.DataFrame, profile, control: str = "maxrl", epoch: int | None = None,
-               confidence: float = 0.95) -> pd.DataFrame:
+def band_gains(allocations: pd.DataFrame, profile=None, control: str = "maxrl",
+               epoch: int | None = None, confidence: float = 0.95) -> pd.DataFrame:
     """Each arm's success on the training prompts minus `control`'s, in one epoch (default the
-    last), per warm-up difficulty band (`difficulty_band` of profile, indexed by prompt id),
-    paired by seed with a Student-t interval; with the band's share of prompts and the mean
-    rollouts per visit of the arm and of the control."""
-    profile = np.asarray(profile, dtype=float)
+    last), per warm-up difficulty band (`difficulty_band` of profile, indexed by prompt id; all
+    prompts as one band "all" when profile is None), paired by seed with a Student-t interval;
+    with the band's share of prompts and the mean rollouts per visit of the arm and of the
+    control."""
     table = _with_rates(allocations)
+    if profile is None:
+        profile = np.full(int(table["prompt"].max()) + 1, np.nan)
+    profile = np.asarray(profile, dtype=float)
     if table["prompt"].max() >= profile.size:
         raise ValueError(f"profile has {profile.size} prompts; the allocations name prompt "
                          f"{table['prompt'].max()}")
@@ -94,7 +97,8 @@ def band_gains(allocations: pd.DataFrame, profile, control: str = "maxrl", epoch
     table = table[table["epoch"] == epoch]
     if table.empty:
         raise ValueError(f"no visit in epoch {epoch}")
-    bands = difficulty_band(profile)
+    bands = difficulty_band(profile) if not np.isnan(profile).all() else \
+        pd.Categorical(np.full(profile.size, "all"))
     table["band"] = bands[table["prompt"].to_numpy()]
     if control not in set(table["arm"]):
         raise ValueError(f"no {control!r} arm in the allocations")

@@ -55,6 +55,9 @@ def test_band_gains_pair_seeds_with_the_t_interval():
         low, high = stats.t.interval(0.95, d.size - 1, loc=d.mean(), scale=stats.sem(d))
         assert (row.gain, row.low, row.high) == pytest.approx((d.mean(), low, high))
         assert row.seeds == 7 and row.prompts == pytest.approx(1 / 3) and row.epoch == 1
+    everything = diagnosis.band_gains(pd.DataFrame(rows)).iloc[0]
+    d = np.mean([diffs[prompt] for prompt in range(3)], axis=0)
+    assert everything["band"] == "all" and everything["gain"] == pytest.approx(d.mean())
     with pytest.raises(ValueError, match="profile has 2 prompts"):
         diagnosis.band_gains(pd.DataFrame(rows), profile[:2])
     with pytest.raises(ValueError, match="no 'grpo' arm"):
@@ -97,3 +100,18 @@ def test_simulated_allocations_play_every_arm_from_the_calibrated_prediction():
     for _, run in table.groupby("arm"):
         assert run["rollouts"].sum() == point.steps * point.batch_size * point.n0
         assert run["epoch"].max() == point.steps * point.batch_size // point.n_train - 1
+
+
+def test_the_readme_quotes_the_stored_long_maze_verdict():
+    text = " ".join((confirm.ROOT / "README.md").read_text().split())
+    table = confirm.compare("maze-n0-8-long").set_index(["arm", "k"])
+    for k, words in ((32, "at Pass@32 by {} points ({} to {})"), (128, "at Pass@128 by {} ({} to {})"),
+                     (8, "level at Pass@8 ({}, {} to {})"), (1, "behind at Pass@1 by {} ({} to {})")):
+        row = table.loc[("sera", k)]
+        gain, low, high = (100 * row[c] for c in ("measured", "low", "high"))
+        signed = [f"{v:+.1f}" for v in (gain, low, high)]
+        if k == 1:
+            signed[0] = f"{-gain:.1f}"
+        elif k in (32, 128):
+            signed[0] = f"{gain:.1f}"
+        assert words.format(*signed) in text, (k, words.format(*signed))

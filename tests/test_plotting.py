@@ -306,3 +306,31 @@ def test_confirmation_figure_has_one_panel_per_arm_and_every_seed():
     assert len(seed_dots) == 2  # one hollow dot per seed at each K
     empty = splot.plot_confirmation(pd.DataFrame(columns=["arm"]))
     assert "no stored runs" in empty.axes[0].texts[0].get_text()
+
+
+def test_departure_figure_draws_each_source_and_band():
+    import pandas as pd
+
+    from sera import diagnosis
+
+    rows = []
+    for source in ("measured", "simulated"):
+        for arm in ("maxrl", "sera"):
+            for seed in range(3):
+                for epoch in range(2):
+                    for prompt, successes in enumerate((0, 2, 4)):
+                        rows.append({"method": arm, "u_min": float("nan"), "seed": seed,
+                                     "epoch": epoch, "prompt": prompt, "rollouts": 4,
+                                     "successes": (successes + seed + (arm == "sera")) % 5,
+                                     "source": source})
+    table = pd.DataFrame(rows)
+    parts = [(diagnosis.training_curves(t).assign(source=s),
+              diagnosis.band_gains(t, [0.0, 0.1, 0.5]).assign(source=s))
+             for s, t in table.groupby("source")]
+    curves, bands = (pd.concat(p) for p in zip(*parts, strict=True))
+    fig = splot.plot_departure(curves, bands, "t")
+    assert len(fig.axes[0].lines) == 4 and len(fig.axes[1].lines) == 4  # 2 arms x 2 sources
+    ticks = [t.get_text() for t in fig.axes[2].get_xticklabels()]
+    assert ticks == ["never solved", "(0, 0.25]", "(0.25, 0.75]"]
+    empty = splot.plot_departure(curves.iloc[:0], bands)
+    assert "no training rollouts" in empty.axes[0].texts[0].get_text()
