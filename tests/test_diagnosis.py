@@ -105,8 +105,9 @@ def test_simulated_allocations_play_every_arm_from_the_calibrated_prediction():
 def test_the_readme_quotes_the_stored_long_maze_verdict():
     text = " ".join((confirm.ROOT / "README.md").read_text().split())
     table = confirm.compare("maze-n0-8-long").set_index(["arm", "k"])
-    for k, words in ((32, "at Pass@32 by {} points ({} to {})"), (128, "at Pass@128 by {} ({} to {})"),
-                     (8, "level at Pass@8 ({}, {} to {})"), (1, "behind at Pass@1 by {} ({} to {})")):
+    quotes = {32: "at Pass@32 by {} points ({} to {})", 128: "at Pass@128 by {} ({} to {})",
+              8: "level at Pass@8 ({}, {} to {})", 1: "behind at Pass@1 by {} ({} to {})"}
+    for k, words in quotes.items():
         row = table.loc[("sera", k)]
         gain, low, high = (100 * row[c] for c in ("measured", "low", "high"))
         signed = [f"{v:+.1f}" for v in (gain, low, high)]
