@@ -84,8 +84,9 @@ def band_gains(allocations: pd.DataFrame, profile=None, control: str = "maxrl",
     """Each arm's success on the training prompts minus `control`'s, in one epoch (default the
     last), per warm-up difficulty band (`difficulty_band` of profile, indexed by prompt id; all
     prompts as one band "all" when profile is None), paired by seed with a Student-t interval;
-    with the band's share of prompts and the mean rollouts per visit of the arm and of the
-    control."""
+    with the band's share of prompts, the mean rollouts per visit of the arm and of the control,
+    the band's share of the arm's rollouts (`budget`) and the share of those in mixed groups
+    (`signal`)."""
     table = _with_rates(allocations)
     if profile is None:
         profile = np.full(int(table["prompt"].max()) + 1, np.nan)
@@ -104,6 +105,10 @@ def band_gains(allocations: pd.DataFrame, profile=None, control: str = "maxrl",
         raise ValueError(f"no {control!r} arm in the allocations")
     rates = table.groupby(["band", "seed", "arm"], observed=True)["rate"].mean().unstack("arm")
     visits = table.groupby(["band", "arm"], observed=True)["rollouts"].mean().unstack("arm")
+    table["in_mixed"] = table["rollouts"] * table["mixed"]
+    spent = table.groupby(["band", "arm"], observed=True)[["rollouts", "in_mixed"]].sum()
+    budget = spent["rollouts"] / spent["rollouts"].groupby(level="arm").transform("sum")
+    signal = spent["in_mixed"] / spent["rollouts"]
     share = pd.Series(bands).value_counts(normalize=True)
     rows = []
     for band, part in rates.groupby(level="band", observed=True):
@@ -111,7 +116,9 @@ def band_gains(allocations: pd.DataFrame, profile=None, control: str = "maxrl",
             rows.append({"arm": arm_name, "band": band, "prompts": float(share[band]),
                          **_paired(part, arm_name, control, confidence),
                          "rollouts": float(visits.loc[band, arm_name]),
-                         "control_rollouts": float(visits.loc[band, control])})
+                         "control_rollouts": float(visits.loc[band, control]),
+                         "budget": float(budget[band, arm_name]),
+                         "signal": float(signal[band, arm_name])})
     out = pd.DataFrame(rows)
     out["band"] = pd.Categorical(out["band"], categories=bands.categories, ordered=True)
     return out.sort_values(["arm", "band"], ignore_index=True).assign(epoch=epoch)

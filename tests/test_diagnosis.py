@@ -55,6 +55,10 @@ def test_band_gains_pair_seeds_with_the_t_interval():
         low, high = stats.t.interval(0.95, d.size - 1, loc=d.mean(), scale=stats.sem(d))
         assert (row.gain, row.low, row.high) == pytest.approx((d.mean(), low, high))
         assert row.seeds == 7 and row.prompts == pytest.approx(1 / 3) and row.epoch == 1
+        assert row.budget == pytest.approx(1 / 3)  # 8 rollouts on each of the three prompts
+        mixed = [0 < r["successes"] < 8 for r in rows
+                 if r["method"] == "sera" and r["epoch"] == 1 and r["prompt"] == prompt]
+        assert row.signal == pytest.approx(np.mean(mixed))
     everything = diagnosis.band_gains(pd.DataFrame(rows)).iloc[0]
     d = np.mean([diffs[prompt] for prompt in range(3)], axis=0)
     assert everything["band"] == "all" and everything["gain"] == pytest.approx(d.mean())
