@@ -19,6 +19,9 @@ length (token-mean aggregation weighs long responses more), the optimizer is pla
 ascent on logits (no Adam, no clipping), and the learning rate's scale is the simulator's own.
 It predicts the sign and rough size of SERA - MaxRL from the difficulty profile, N0, n_min and
 the number of epochs; the real tasks confirm or refute it (notebooks/08_when_sera_helps.ipynb).
+The shared parameters it leaves out are what its Pass@1 predictions miss: on 16-epoch maze runs
+it predicted SERA 0.9 points ahead at Pass@1, while the real runs put SERA behind on held-out and
+on training mazes alike, the mazes whose budget SERA left unchanged included (`sera.diagnosis`).
 
 Difficulty profiles (each prompt's success probability before RL) are measured from the
 studies' starting models by `measure_profiles` and stored in data/difficulty_profiles.csv.
