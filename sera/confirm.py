@@ -120,8 +120,8 @@ POINTS = {point.name: point for point in (
           calibrate_on="math-n0-4", side_seeds=MIN_SEEDS,
           why="notebook 07's problems and N0 for 640 steps (40 epochs) instead of 40: with the "
               "simulator's step size calibrated on math-n0-4's MaxRL runs, the cheapest math "
-              "setting where the map predicts a clear gain (at Pass@8); each run takes 16 times "
-              "a fast run, some 30 minutes on one core"),
+              "setting where the map predicts a clear gain (at Pass@8); each run takes some 12 "
+              "minutes on one core, 8 core-hours for the point's 40 runs"),
     Point("maze-n0-8-long", "maze", _maze(steps=320, eval_every=80, checkpoint_every=20),
           seeds=None, arms=MAIN_ARMS, k=32,
           calibrate_on="maze-n0-8", side_seeds=MIN_SEEDS,
