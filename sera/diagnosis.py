@@ -53,6 +53,7 @@ def _with_rates(allocations: pd.DataFrame) -> pd.DataFrame:
         table["arm"] = confirm.arm(table)
     table["rate"] = table["successes"] / table["rollouts"]
     table["mixed"] = (table["successes"] > 0) & (table["successes"] < table["rollouts"])
+    table["in_mixed"] = table["rollouts"] * table["mixed"]
     return table
 
 
@@ -61,7 +62,6 @@ def training_curves(allocations: pd.DataFrame) -> pd.DataFrame:
     (each prompt counts once per visit, whatever its rollouts), and `signal`, the share of the
     epoch's rollouts in mixed groups (0 < successes < rollouts)."""
     table = _with_rates(allocations)
-    table["in_mixed"] = table["rollouts"] * table["mixed"]
     grouped = table.groupby(["arm", "seed", "epoch"])
     out = grouped.agg(success=("rate", "mean"), in_mixed=("in_mixed", "sum"),
                       rollouts=("rollouts", "sum")).reset_index()
@@ -89,23 +89,21 @@ def band_gains(allocations: pd.DataFrame, profile=None, control: str = "maxrl",
     (`signal`)."""
     table = _with_rates(allocations)
     if profile is None:
-        profile = np.full(int(table["prompt"].max()) + 1, np.nan)
-    profile = np.asarray(profile, dtype=float)
-    if table["prompt"].max() >= profile.size:
-        raise ValueError(f"profile has {profile.size} prompts; the allocations name prompt "
+        bands = pd.Categorical(np.full(int(table["prompt"].max()) + 1, "all"))
+    else:
+        bands = difficulty_band(profile)
+    if table["prompt"].max() >= len(bands):
+        raise ValueError(f"profile has {len(bands)} prompts; the allocations name prompt "
                          f"{table['prompt'].max()}")
     epoch = int(table["epoch"].max()) if epoch is None else int(epoch)
     table = table[table["epoch"] == epoch]
     if table.empty:
         raise ValueError(f"no visit in epoch {epoch}")
-    bands = difficulty_band(profile) if not np.isnan(profile).all() else \
-        pd.Categorical(np.full(profile.size, "all"))
     table["band"] = bands[table["prompt"].to_numpy()]
     if control not in set(table["arm"]):
         raise ValueError(f"no {control!r} arm in the allocations")
     rates = table.groupby(["band", "seed", "arm"], observed=True)["rate"].mean().unstack("arm")
     visits = table.groupby(["band", "arm"], observed=True)["rollouts"].mean().unstack("arm")
-    table["in_mixed"] = table["rollouts"] * table["mixed"]
     spent = table.groupby(["band", "arm"], observed=True)[["rollouts", "in_mixed"]].sum()
     budget = spent["rollouts"] / spent["rollouts"].groupby(level="arm").transform("sum")
     signal = spent["in_mixed"] / spent["rollouts"]
@@ -125,17 +123,18 @@ def band_gains(allocations: pd.DataFrame, profile=None, control: str = "maxrl",
 
 
 def simulated_allocations(name: str, repetitions: int = 24, runs_dir=confirm.RUNS_DIR,
-                          seed: int = 0) -> pd.DataFrame:
+                          seed: int = 0, lr: float | None = None) -> pd.DataFrame:
     """The simulator's allocations table for every arm of a calibrated point, one repetition per
     Jeffreys-posterior draw of the point's profile, at the step size its prediction used (the
-    draws and seeds of `confirm.calibrated_prediction`); with an arm column."""
+    draws and seeds of `confirm.calibrated_prediction`); with an arm column. lr: that step size
+    when the caller already has it from `confirm.calibration`, which is otherwise rerun."""
     from sera.simulate import SimulationConfig, posterior_draws, simulate
 
     p = confirm.point(name)
     if p.calibrate_on is None:
         raise ValueError(f"{name} was predicted at the map's step size; simulated_allocations "
                          f"reads points calibrated on stored runs")
-    lr = confirm.calibration(p, runs_dir)["lr"]
+    lr = confirm.calibration(p, runs_dir)["lr"] if lr is None else lr
     draws = posterior_draws(confirm.profile(p, runs_dir), confirm.PROFILE_SAMPLES, repetitions,
                             seed)
     config = p.config
