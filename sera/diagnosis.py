@@ -15,9 +15,12 @@ step, epoch, rollouts, successes), so the training prompts can be compared like 
 - `simulated_allocations`: the simulator's allocations for the point's arms, from the same
   posterior draws and calibrated step size as the point's prediction;
 - `coverage`: the share of held-out prompts never solved in the final samples, and of those
-  solved at least half the time, the two ends that move Pass@K at large and at small K.
+  solved at least half the time, the two ends that move Pass@K at large and at small K;
+- `drift`: how far a logged metric (held-out Pass@1, token entropy, response length) moved over
+  each run, and the share of seeds that ended below where they started, which flags an arm that
+  made its model worse than the warm-up rather than merely improving it more slowly.
 
-notebooks/08_when_sera_helps.ipynb reads the long maze point with them.
+notebooks/08_when_sera_helps.ipynb reads the long maze and math points with them.
 """
 
 from __future__ import annotations
@@ -167,4 +170,35 @@ def coverage(final: pd.DataFrame, control: str = "maxrl", confidence: float = 0.
             level = float(values[arm_name].mean())
             gap = _paired(values, arm_name, control, confidence) if arm_name != control else {}
             rows.append({"share": what, "arm": arm_name, "level": level, **gap})
+    return pd.DataFrame(rows)
+
+
+def drift(metrics: pd.DataFrame, metric: str = "val_pass", k: int | None = 1,
+          window: float = 0.1, confidence: float = 0.95) -> pd.DataFrame:
+    """Per arm, how `metric` (at `k` where it has one) moved over the runs: its mean over each
+    run's first `window` share of steps (`start`) and last (`end`), averaged over seeds, the
+    change end - start with a Student-t interval over seeds, and `below`, the share of seeds that
+    ended below their start. Evaluations logged every few steps (val_pass) use the first and
+    last evaluation."""
+    table = metrics[metrics["metric"] == metric]
+    if k is not None:
+        table = table[table["k"] == k]
+    if table.empty:
+        raise ValueError(f"no {metric!r} rows" + (f" at k = {k}" if k is not None else ""))
+    if not 0 < window <= 0.5:
+        raise ValueError("window must be a share of the steps in (0, 0.5]")
+    if "arm" not in table.columns:
+        table = table.assign(arm=confirm.arm(table))
+    rows = []
+    for arm_name, part in table.groupby("arm"):
+        first, last = part["step"].min(), part["step"].max()
+        reach = window * (last - first)
+        per_seed = pd.DataFrame({
+            "start": part[part["step"] <= first + reach].groupby("seed")["value"].mean(),
+            "end": part[part["step"] >= last - reach].groupby("seed")["value"].mean()})
+        change = _paired(per_seed, "end", "start", confidence)
+        rows.append({"arm": arm_name, "start": float(per_seed["start"].mean()),
+                     "end": float(per_seed["end"].mean()), "change": change["gain"],
+                     "low": change["low"], "high": change["high"], "seeds": change["seeds"],
+                     "below": float((per_seed["end"] < per_seed["start"]).mean())})
     return pd.DataFrame(rows)

@@ -120,3 +120,50 @@ def test_the_readme_quotes_the_stored_long_maze_verdict():
         elif k in (32, 128):
             signed[0] = f"{gain:.1f}"
         assert words.format(*signed) in text, (k, words.format(*signed))
+
+
+def test_the_readme_quotes_the_stored_long_math_runs():
+    text = " ".join((confirm.ROOT / "README.md").read_text().split())
+    table = confirm.compare("math-n0-4-long").set_index(["arm", "k"])
+    seeds = int(table.loc[("sera", 1), "seeds"])
+    assert f"{seeds} of those seeds contradict it" in text
+    for k, words in {1: "behind at Pass@1 by {} points ({} to {})",
+                     8: "behind at Pass@8 by {} ({} to {})"}.items():
+        row = table.loc[("sera", k)]
+        gain, low, high = (100 * row[c] for c in ("measured", "low", "high"))
+        quoted = words.format(f"{-gain:.1f}", f"{low:+.1f}", f"{high:+.1f}")
+        assert quoted in text, quoted
+        assert row["high"] < 0  # "behind"
+    held = diagnosis.drift(confirm.load("math-n0-4-long").metrics).set_index("arm")
+    assert held.loc["sera", "below"] > 0.5  # "below the warm-up in most seeds"
+
+
+def test_drift_compares_each_run_with_its_own_start():
+    rows = []
+    for seed, (start, end) in enumerate([(0.20, 0.10), (0.20, 0.25), (0.30, 0.12)]):
+        for step, value in ((0, start), (50, 0.9), (100, end)):  # 0.9: neither end's window
+            rows.append({"method": "sera", "seed": seed, "step": step, "metric": "val_pass",
+                         "k": 1, "value": value, "u_min": np.nan, **KEYS})
+            rows.append({"method": "sera", "seed": seed, "step": step, "metric": "val_pass",
+                         "k": 8, "value": 1.0, "u_min": np.nan, **KEYS})
+    table = pd.DataFrame(rows)
+    got = diagnosis.drift(table).set_index("arm").loc["sera"]
+    changes = np.array([-0.10, 0.05, -0.18])
+    half = stats.t.ppf(0.975, 2) * changes.std(ddof=1) / np.sqrt(3)
+    assert got["start"] == pytest.approx(0.70 / 3) and got["end"] == pytest.approx(0.47 / 3)
+    assert got["change"] == pytest.approx(changes.mean())
+    assert (got["low"], got["high"]) == pytest.approx((changes.mean() - half,
+                                                       changes.mean() + half))
+    assert got["below"] == pytest.approx(2 / 3) and got["seeds"] == 3
+    # a per-step metric: the mean over the first and last tenth of the steps
+    steps = pd.DataFrame([{"method": "maxrl", "estimates": "none", "allocator": "uniform",
+                           "seed": 0, "n0": 4, "agg": "token-mean", "u_min": np.nan,
+                           "step": s, "metric": "token_entropy", "k": np.nan, "value": s}
+                          for s in range(101)])
+    entropy = diagnosis.drift(steps, "token_entropy", k=None).iloc[0]
+    assert entropy["start"] == pytest.approx(5.0) and entropy["end"] == pytest.approx(95.0)
+    assert np.isnan(entropy["low"])  # one seed: no interval
+    with pytest.raises(ValueError, match="no 'pass' rows"):
+        diagnosis.drift(table, "pass")
+    with pytest.raises(ValueError, match="window"):
+        diagnosis.drift(table, window=0.8)

@@ -334,3 +334,26 @@ def test_departure_figure_draws_each_source_and_band():
     assert ticks == ["never solved", "(0, 0.25]", "(0.25, 0.75]"]
     empty = splot.plot_departure(curves.iloc[:0], bands)
     assert "no training rollouts" in empty.axes[0].texts[0].get_text()
+
+
+def test_drift_figure_draws_every_seed_and_each_arms_mean():
+    import pandas as pd
+
+    rows = []
+    for arm in ("maxrl", "sera"):
+        for seed in range(3):
+            for step in range(0, 101):
+                rows.append({"method": arm, "estimates": "none", "allocator": "uniform",
+                             "n0": 4, "agg": "token-mean", "u_min": float("nan"), "seed": seed,
+                             "step": step, "metric": "response_length", "k": float("nan"),
+                             "value": 40.0 - (arm == "sera") * step / 10})
+                if step % 50 == 0:
+                    rows.append({**rows[-1], "metric": "val_pass", "k": 1.0, "value": 0.2})
+    fig = splot.plot_drift(pd.DataFrame(rows), title="t")
+    assert len(fig.axes[0].lines) == len(fig.axes[1].lines) == 2 * (3 + 1)
+    mean_sera = fig.axes[1].lines[-1]
+    assert mean_sera.get_label() == "sera (3 seeds)"
+    assert mean_sera.get_ydata()[-1] == pytest.approx(40 - (81 + 100) / 2 / 10)  # last 20 steps
+    assert "Pass@1" in fig.axes[0].get_ylabel()
+    missing = splot.plot_drift(pd.DataFrame(rows), panels=(("token_entropy", None),))
+    assert "no token_entropy" in missing.axes[0].texts[0].get_text()

@@ -213,3 +213,43 @@ def plot_departure(curves: pd.DataFrame, bands: pd.DataFrame, title: str = ""):
     if title:
         fig.suptitle(title)
     return fig
+
+
+DRIFT_LABELS = {"val_pass": "held-out Pass@{k}", "response_length": "response length (tokens)",
+                "token_entropy": "token entropy (nats)", "train_reward": "training reward"}
+
+
+@styled
+def plot_drift(metrics: pd.DataFrame, panels=(("val_pass", 1), ("response_length", None)),
+               smooth: int = 20, title: str = ""):
+    """Logged metrics over the steps of a point's runs, one panel per (metric, k) of `panels`:
+    each seed thin, the mean over seeds thick, one colour per arm. Metrics logged every step
+    are smoothed by a rolling mean over `smooth` steps; evaluations are drawn as logged."""
+    if "arm" not in metrics.columns:
+        from sera.confirm import arm
+
+        metrics = metrics.assign(arm=arm(metrics))
+    fig, axes = new_figure(ncols=len(panels), width=3.4, height=2.9, squeeze=False)
+    for ax, (metric, k) in zip(axes[0], panels, strict=True):
+        part = metrics[metrics["metric"] == metric]
+        if k is not None:
+            part = part[part["k"] == k]
+        if part.empty:
+            ax.text(0.5, 0.5, f"no {metric} logged", ha="center", transform=ax.transAxes)
+            continue
+        table = part.pivot_table(index="step", columns=["arm", "seed"], values="value")
+        if len(table) > 2 * smooth:  # logged every step
+            table = table.rolling(smooth, min_periods=1).mean()
+        for arm_name in dict.fromkeys(table.columns.get_level_values("arm")):
+            runs = table[arm_name]
+            ax.plot(runs.index, runs.to_numpy(), color=_arm_color(arm_name), lw=0.4, alpha=0.35)
+            ax.plot(runs.index, runs.mean(axis=1), color=_arm_color(arm_name), lw=1.8,
+                    label=f"{arm_name} ({runs.shape[1]} seeds)")
+        ax.set_xlabel("step")
+        ax.set_ylabel(DRIFT_LABELS.get(metric, metric).format(k=k))
+    drawn = [ax for ax in axes[0] if ax.lines]
+    if drawn:
+        drawn[0].legend(fontsize=6)
+    if title:
+        fig.suptitle(title)
+    return fig
