@@ -161,6 +161,11 @@ def arm(table: pd.DataFrame) -> pd.Series:
     return table["method"].where(~guarded, "sera+safeguard")
 
 
+def with_arm(table: pd.DataFrame) -> pd.DataFrame:
+    """table with its `arm` column (`arm`), added only where the table has none."""
+    return table if "arm" in table.columns else table.assign(arm=arm(table))
+
+
 # ----------------------------------------------------------------------------- prediction
 
 def seeds_needed(gain: float, sd: float = SEED_SD, power: float = POWER) -> int:

@@ -49,11 +49,9 @@ def difficulty_band(p_hat) -> pd.Categorical:
 
 
 def _with_rates(allocations: pd.DataFrame) -> pd.DataFrame:
-    table = allocations[allocations["rollouts"] > 0].copy()
+    table = confirm.with_arm(allocations[allocations["rollouts"] > 0]).copy()
     if table.empty:
         raise ValueError("the allocations table has no visit with rollouts")
-    if "arm" not in table.columns:
-        table["arm"] = confirm.arm(table)
     table["rate"] = table["successes"] / table["rollouts"]
     table["mixed"] = (table["successes"] > 0) & (table["successes"] < table["rollouts"])
     table["in_mixed"] = table["rollouts"] * table["mixed"]
@@ -157,9 +155,7 @@ def coverage(final: pd.DataFrame, control: str = "maxrl", confidence: float = 0.
     """Per arm: the share of held-out prompts never solved in their final samples (`unsolved`)
     and of those solved at least half the time (`solid`), each arm minus `control` paired by
     seed with a Student-t interval."""
-    table = final.copy()
-    if "arm" not in table.columns:
-        table["arm"] = confirm.arm(table)
+    table = confirm.with_arm(final).copy()
     table["unsolved"] = table["correct"] == 0
     table["solid"] = table["correct"] >= table["n"] / 2
     shares = table.groupby(["seed", "arm"])[["unsolved", "solid"]].mean()
@@ -187,8 +183,7 @@ def drift(metrics: pd.DataFrame, metric: str = "val_pass", k: int | None = 1,
         raise ValueError(f"no {metric!r} rows" + (f" at k = {k}" if k is not None else ""))
     if not 0 < window <= 0.5:
         raise ValueError("window must be a share of the steps in (0, 0.5]")
-    if "arm" not in table.columns:
-        table = table.assign(arm=confirm.arm(table))
+    table = confirm.with_arm(table)
     rows = []
     for arm_name, part in table.groupby("arm"):
         first, last = part["step"].min(), part["step"].max()

@@ -225,10 +225,9 @@ def plot_drift(metrics: pd.DataFrame, panels=(("val_pass", 1), ("response_length
     """Logged metrics over the steps of a point's runs, one panel per (metric, k) of `panels`:
     each seed thin, the mean over seeds thick, one colour per arm. Metrics logged every step
     are smoothed by a rolling mean over `smooth` steps; evaluations are drawn as logged."""
-    if "arm" not in metrics.columns:
-        from sera.confirm import arm
+    from sera.confirm import with_arm
 
-        metrics = metrics.assign(arm=arm(metrics))
+    metrics = with_arm(metrics)
     fig, axes = new_figure(ncols=len(panels), width=3.4, height=2.9, squeeze=False)
     for ax, (metric, k) in zip(axes[0], panels, strict=True):
         part = metrics[metrics["metric"] == metric]
