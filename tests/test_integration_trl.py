@@ -176,9 +176,51 @@ def test_the_readme_trl_snippet_trains_on_the_cpu(tmp_path, monkeypatch):
     assert [e["fallback"] for e in log] == [True, True, False]
 
 
+@pytest.mark.parametrize("setting, match", [
+    (dict(use_vllm=True, vllm_mode="server"), "colocate"),
+    (dict(beta=0.04), r"beta = 0.04 adds TRL's KL term .* n0 / N_q"),
+    (dict(entropy_coef=0.01), r"entropy_coef = 0.01 .* entropy bonus"),
+    (dict(use_adaptive_entropy=True), r"use_adaptive_entropy = True"),
+    (dict(multi_objective_aggregation="normalize_then_sum"), r"no success indicator in \[0, 1\]"),
+])
+def test_settings_that_break_the_weighting_are_refused_by_name(tmp_path, setting, match):
+    with pytest.raises(ValueError, match=match):
+        make_trainer(tmp_path, steps=1, **setting)
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+                      use_cpu=True, report_to="none", **setting)
+    with pytest.raises(ValueError, match=match):  # positional args are checked as well
+        plugin.SeraGRPOTrainer(None, [], args, None)
+
+
+def test_grpo_trainers_positional_order_is_accepted_and_moot_settings_are_logged(tmp_path,
+                                                                                caplog):
+    keywords = make_trainer(tmp_path / "a", steps=1)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=plugin.__name__):
+        positional = plugin.SeraGRPOTrainer(keywords.model, keywords.reward_funcs, keywords.args,
+                                            keywords.train_dataset, None,
+                                            keywords.processing_class,
+                                            allocator=keywords.sera_allocator)
+    assert len(positional.train_dataset) == 8 and positional.sera_planner.n_prompts == 8
+    assert [r.getMessage() for r in caplog.records].count(
+        "scale_rewards = 'group' has no effect under SeraGRPOTrainer: SERA replaces TRL's "
+        "advantages by MaxRL's (which sets their scale) times n0 / N_q") == 1
+
+
+def test_the_logged_zero_std_share_is_over_seras_groups(tmp_path):
+    assert plugin.zero_std_share(np.array([1, 1, 0, 1, 0, 0, 0, 1.0]), np.array([2, 4, 0, 2])) \
+        == pytest.approx(1 / 3)  # groups [1, 1], [0, 1, 0, 0] and [0, 1]
+    # One scored response has no spread: [nan, 1] counts, [0, 1] does not.
+    assert plugin.zero_std_share(np.array([np.nan, 1, 0, 1.0]), np.array([2, 2])) == 0.5
+    trainer = make_trainer(tmp_path / "out", steps=8, save_steps=100)
+    trainer.train()
+    logged = [h["frac_reward_zero_std"] for h in trainer.state.log_history
+              if "frac_reward_zero_std" in h]
+    expected = [plugin.zero_std_share(e["rewards"], e["counts"]) for e in trainer.sera_log]
+    np.testing.assert_allclose(logged, expected)
+
+
 def test_unsupported_settings_are_refused_clearly(tmp_path):
-    with pytest.raises(ValueError, match="colocate"):
-        make_trainer(tmp_path, steps=1, use_vllm=True, vllm_mode="server")
     args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4,
                       num_generations=4, use_cpu=True, report_to="none")
     with pytest.raises(ValueError, match="map-style"):
@@ -190,3 +232,47 @@ def test_gsm8k_reward_in_trls_call_form():
     assert gsm8k.trl_reward(completions, answer=["12", "7", "4"]) == [1.0, 1.0, 0.0]
     with pytest.raises(ValueError, match="same length"):
         gsm8k.success_rewards(["1"], ["1", "2"])
+
+
+def _position_reward(completions, level, sera_row, **_):
+    """A reward that depends on the prompt and the response's place in its group, not on the
+    sampled text: plans and histories then repeat exactly, run after run."""
+    rewards, place = [], 0
+    for i, row in enumerate(sera_row):
+        place = place + 1 if i and sera_row[i - 1] == row else 0
+        rewards.append(float((0.37 * place + 0.11 * row) % 1 < level[i]))
+    return rewards
+
+
+# (per_device_train_batch_size, gradient_accumulation_steps, steps_per_generation,
+#  num_iterations): every one leaves checkpoints inside a generation batch at save_steps=1.
+RESUME_MATRIX = [(8, 1, 2, 1), (8, 1, 1, 2), (4, 2, 2, 2), (4, 2, 4, 1), (4, 1, 4, 1)]
+
+
+@pytest.mark.parametrize("batch, accumulation, per_generation, iterations", RESUME_MATRIX)
+def test_resume_inside_a_generation_replans_and_rerecords_nothing(tmp_path, batch, accumulation,
+                                                                  per_generation, iterations):
+    """Resumed from a checkpoint inside a generation batch, the run ends with the uninterrupted
+    run's history bit for bit: the batch in progress is generated again with its saved counts
+    (not replanned, not recorded twice) and every later batch is planned as before."""
+    settings = dict(steps=12, levels=[0.05, 0.5, 0.9, 0.3], reward=_position_reward, save_steps=1,
+                    per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
+                    steps_per_generation=per_generation, num_iterations=iterations)
+    whole = make_trainer(tmp_path / "whole", **settings)
+    whole.train()
+    plans = [(e["ids"].tolist(), e["counts"].tolist()) for e in whole.sera_log]
+    assert not any(e["replayed"] for e in whole.sera_log)
+    assert any(len(set(counts)) > 1 for _, counts in plans), "SERA never left uniform counts"
+    micro_steps = per_generation * iterations  # per generation batch
+    inside = [s for s in range(1, 12) if s * accumulation % micro_steps]
+    assert inside, "the configuration leaves no checkpoint inside a generation batch"
+    for step in (inside[0], inside[-1]):
+        resumed = make_trainer(tmp_path / f"resumed-{step}", **settings)
+        resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / f"checkpoint-{step}"))
+        log = list(resumed.sera_log)
+        generation = step * accumulation // micro_steps
+        assert log[0]["replayed"] and not any(e["replayed"] for e in log[1:])
+        assert [(e["ids"].tolist(), e["counts"].tolist()) for e in log] == plans[generation:]
+        # Later batches are generated at the uninterrupted run's steps, not shifted by the resume.
+        assert [e["step"] for e in log[1:]] == [e["step"] for e in whole.sera_log][generation + 1:]
+        assert resumed.sera_planner.state_dict() == whole.sera_planner.state_dict(), step

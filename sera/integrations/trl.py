@@ -33,6 +33,23 @@ What changes against GRPOTrainer (TRL 1.16.0, pinned: TRL_VERSION):
   last partial batch); the history is saved in each checkpoint (`sera_history.json`) and
   restored on every process on `resume_from_checkpoint`.
 - Rewards must be success indicators in [0, 1] (their weighted sum over reward functions).
+- Resume at any step. A checkpoint can fall between the optimizer steps that one generation
+  batch serves (`save_steps x gradient_accumulation_steps` not a multiple of
+  `steps_per_generation x num_iterations`). The history saved there has recorded that batch
+  already, so on resume it is generated again with the saved counts and neither replanned nor
+  recorded (`Planner.replay`). Two things in TRL would make a resumed run draw other batches
+  than the uninterrupted one, and the trainer sets both right: TRL restarts its micro-step
+  counter at 0 on resume (every later batch would be generated off the data loader's generation
+  boundaries), and its RepeatSampler draws each epoch's order from one running generator that a
+  resume restarts (a resumed second epoch would see the first epoch's order again; the sampler
+  here redraws the order of the epoch it is told, the same orders TRL draws without a resume).
+  So the resumed run plans and records exactly what the uninterrupted run did.
+
+Settings under which SERA's weighting or history would be wrong are refused by name
+(`refuse_unsupported`): a KL term (`beta` != 0) or an entropy bonus (`entropy_coef`,
+`use_adaptive_entropy`), which TRL adds per token without the weight n0 / N_q;
+`multi_objective_aggregation="normalize_then_sum"` (rewards leave [0, 1]); vLLM server mode.
+`scale_rewards` has no effect (SERA's MaxRL sets the advantages' scale), which is logged once.
 
 Colocated vLLM (`use_vllm=True, vllm_mode="colocate"`) generates one completion per row, so ragged
 rows pass through; server mode deduplicates prompts by `prompts[::num_generations]`, which
@@ -43,7 +60,9 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import inspect
 import json
+import logging
 import os
 
 import numpy as np
@@ -51,6 +70,7 @@ import torch
 import trl
 from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOTrainer
+from trl.trainer.utils import RepeatSampler
 
 from sera.integrations.planner import HISTORY_FILE, Planner, grouped_weighted_maxrl
 from sera.trainers.config import AllocatorConfig
@@ -61,6 +81,8 @@ ROW = "sera_row"
 LOG_KEEP = 64
 """Generation batches kept in `SeraGRPOTrainer.sera_log` (a paper-scale step holds 32,768
 rewards)."""
+
+logger = logging.getLogger(__name__)
 
 if trl.__version__ != TRL_VERSION:
     import warnings
@@ -89,6 +111,61 @@ def weighted_maxrl(rewards: np.ndarray, counts: np.ndarray, n0: int) -> np.ndarr
     return grouped_weighted_maxrl(rewards, groups, ~np.isnan(rewards), n0)
 
 
+def refuse_unsupported(args) -> None:
+    """Raise ValueError, naming the setting, for GRPOConfig settings under which SERA's weighted
+    MaxRL or its success history would be wrong; log once the settings SERA makes moot."""
+    if args.use_vllm and args.vllm_mode == "server":
+        raise ValueError("SeraGRPOTrainer supports vLLM in colocate mode only: TRL's server "
+                         "mode deduplicates prompts by prompts[::num_generations], which "
+                         "breaks with per-prompt counts. Set vllm_mode='colocate'.")
+    if args.beta != 0.0:
+        raise ValueError(f"beta = {args.beta} adds TRL's KL term per token without SERA's weight "
+                         f"n0 / N_q, so a prompt's KL pull would grow with its rollout count; set "
+                         f"beta=0.0 (MaxRL and the SERA paper train without a KL term)")
+    if args.entropy_coef != 0.0 or args.use_adaptive_entropy:
+        raise ValueError(f"entropy_coef = {args.entropy_coef} (use_adaptive_entropy = "
+                         f"{args.use_adaptive_entropy}) adds TRL's entropy bonus without SERA's "
+                         f"weight n0 / N_q, so a prompt's bonus would grow with its rollout count; "
+                         f"set entropy_coef=0.0 and use_adaptive_entropy=False")
+    if args.multi_objective_aggregation != "sum_then_normalize":
+        raise ValueError(f"multi_objective_aggregation = {args.multi_objective_aggregation!r} "
+                         f"normalizes each reward function before summing, so the summed reward is "
+                         f"no success indicator in [0, 1]; SERA needs the weighted sum of the raw "
+                         f"rewards: set multi_objective_aggregation='sum_then_normalize'")
+    if args.scale_rewards != "none":
+        logger.warning("scale_rewards = %r has no effect under SeraGRPOTrainer: SERA replaces "
+                       "TRL's advantages by MaxRL's (which sets their scale) times n0 / N_q",
+                       args.scale_rewards)
+
+
+class EpochRepeatSampler(RepeatSampler):
+    """TRL's RepeatSampler whose shuffled order depends on the epoch the data loader sets
+    (`set_epoch`), not on how many epochs this object has iterated: epoch k gets the k-th order
+    TRL's sampler draws from its seed, also in a run resumed in epoch k."""
+
+    epoch: int | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        if self.shuffle and self.seed is not None and self.epoch is not None:
+            self.generator.manual_seed(self.seed)
+            for _ in range(self.epoch):  # the orders of the epochs before
+                torch.randperm(self.num_samples, generator=self.generator)
+        yield from super().__iter__()
+
+
+def zero_std_share(rewards: np.ndarray, counts: np.ndarray) -> float:
+    """Share of the batch's prompts (those given rollouts) whose scored rewards are all equal:
+    TRL's `frac_reward_zero_std`, over SERA's groups (counts[q] rows for prompt q)."""
+    rewards = np.asarray(rewards, dtype=float)
+    edges = np.cumsum(np.r_[0, counts])
+    groups = [rewards[a:b][~np.isnan(rewards[a:b])] for a, b in zip(edges[:-1], edges[1:],
+                                                                       strict=True) if b > a]
+    return float(np.mean([g.size == 0 or np.ptp(g) == 0 for g in groups])) if groups else 0.0
+
+
 class SeraGRPOTrainer(GRPOTrainer):
     """GRPOTrainer with SERA's per-prompt rollout counts and weighted MaxRL advantages (see the
     module text). `allocator` sets n_min, n_max, the rounding, the observability safeguard and the
@@ -107,20 +184,21 @@ class SeraGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args, allocator: AllocatorConfig | None = None, **kwargs):
         self.sera_allocator = allocator or AllocatorConfig()
-        training_args = kwargs.get("args")
-        if training_args is not None and training_args.use_vllm \
-                and training_args.vllm_mode == "server":
-            raise ValueError("SeraGRPOTrainer supports vLLM in colocate mode only: TRL's server "
-                             "mode deduplicates prompts by prompts[::num_generations], which "
-                             "breaks with per-prompt counts. Set vllm_mode='colocate'.")
-        dataset = kwargs.get("train_dataset")
+        # GRPOTrainer's own order (model, reward_funcs, args, train_dataset, ...) or keywords.
+        bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
+        bound.pop("self")
+        if bound.get("args") is not None:
+            refuse_unsupported(bound["args"])
+        dataset = bound.get("train_dataset")
         if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset,
                                                                              "column_names"):
             raise ValueError("SeraGRPOTrainer needs train_dataset, a map-style datasets.Dataset "
                              "(the history is keyed by its rows; iterable datasets have none)")
         if ROW not in dataset.column_names:
-            kwargs["train_dataset"] = dataset.add_column(ROW, list(range(len(dataset))))
-        super().__init__(*args, **kwargs)
+            bound["train_dataset"] = dataset.add_column(ROW, list(range(len(dataset))))
+        super().__init__(**bound)
+        if bound.get("args") is None:
+            refuse_unsupported(self.args)  # GRPOTrainer's default configuration
         prompts = self.args.generation_batch_size // self.num_generations
         n = len(self.train_dataset)
         if prompts > n:
@@ -131,6 +209,7 @@ class SeraGRPOTrainer(GRPOTrainer):
                                     prompts_per_epoch=(n // prompts) * prompts)
         self.sera_log: collections.deque[dict] = collections.deque(maxlen=LOG_KEEP)
         self._sera_rewards = None
+        self._sera_replay = False  # resumed inside a generation batch the history has recorded
 
     @property
     def sera_history(self):
@@ -153,6 +232,11 @@ class SeraGRPOTrainer(GRPOTrainer):
                 f"num_generations times in a row)")
         return np.array(rows[::g], dtype=np.int64), [everyone[i] for i in range(0, len(rows), g)]
 
+    def _get_train_sampler(self, dataset=None):
+        sampler = super()._get_train_sampler(dataset)
+        sampler.__class__ = EpochRepeatSampler  # same arguments, an order fixed by the epoch
+        return sampler
+
     def sera_plan(self, ids: np.ndarray):
         """The allocation of this step's budget len(ids) * n0 over its prompts (all processes)."""
         return self.sera_planner.plan(ids)
@@ -166,8 +250,13 @@ class SeraGRPOTrainer(GRPOTrainer):
         if not self.model.training:  # evaluation keeps TRL's groups
             return super()._generate_and_score_completions(inputs)
         ids, firsts = self._sera_groups(inputs)
-        allocation = self.sera_plan(ids)
-        counts = np.asarray(allocation.counts)
+        replayed = self._sera_replay
+        if replayed:  # planned and recorded before the checkpoint: same counts, no new record
+            self._sera_replay = False
+            counts, fallback = self.sera_planner.replay(ids)
+        else:
+            allocation = self.sera_plan(ids)
+            counts, fallback = np.asarray(allocation.counts), bool(allocation.fallback)
         everyone = [dict(first) for first, n in zip(firsts, counts, strict=True)
                     for _ in range(int(n))]
         local = slice(self.accelerator.process_index * len(inputs),
@@ -193,12 +282,15 @@ class SeraGRPOTrainer(GRPOTrainer):
             logged.pop()
         logged.extend(advantages.tolist())
 
-        self.sera_planner.record(np.repeat(ids, counts), rewards)
+        if not replayed:
+            self.sera_planner.record(np.repeat(ids, counts), rewards)
         self.sera_log.append({"step": self.state.global_step, "ids": ids, "counts": counts,
                               "rewards": rewards, "advantages": advantages,
-                              "fallback": bool(allocation.fallback)})
+                              "fallback": fallback, "replayed": replayed})
         metrics = self._metrics["train"]
-        metrics["sera/fallback"].append(float(allocation.fallback))
+        # TRL computed this over windows of num_generations rows, which straddle SERA's groups.
+        metrics["frac_reward_zero_std"][-1] = zero_std_share(rewards, counts)
+        metrics["sera/fallback"].append(float(fallback))
         metrics["sera/max_count"].append(float(counts.max()))
         metrics["sera/prompts_kept"].append(float((counts > 0).mean()))
         metrics["sera/unscored"].append(float(np.isnan(rewards).mean()))
@@ -221,6 +313,13 @@ class SeraGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        # Here self.state is the checkpoint's. TRL counts micro-steps in _step (which it does not
+        # checkpoint) and generates whenever _step is a multiple of generate_every: restoring it
+        # keeps the resumed run on the data loader's generation boundaries. A checkpoint inside
+        # a generation batch means that batch is generated again, as the history recorded it.
+        self._step = self.state.global_step * self.args.gradient_accumulation_steps
+        self._sera_replay = self._step % (self.args.steps_per_generation
+                                          * self.num_iterations) != 0
         # The main process reads the file and hands the state to every process, so a process on
         # a node without the file resumes the same history.
         state = [None]
