@@ -4,8 +4,8 @@ Importing this module registers two things with verl:
 
 - the advantage estimator `sera_maxrl` (`algorithm.adv_estimator=sera_maxrl`): MaxRL over each
   prompt's group (verl's uid) of whatever size it has, times the multiplicity weight n0 / N_q,
-  where n0 is the batch's mean group size (the rollouts per step over the prompts per step:
-  rollout.n under SERA, whose counts keep that total);
+  where n0 is rollout.n under the trainer mode (whose counts keep the budget train_batch_size x
+  rollout.n) and, used on its own, the batch's mean group size;
 - the V1 trainer mode `sera_sync` (`trainer.v1.trainer_mode=sera_sync`): verl's synchronous
   trainer, except that each batch is planned by a `sera.integrations.planner.Planner` before it
   leaves for rollout, each prompt's count going through verl's per-prompt field `__rollout_n__`.
@@ -23,12 +23,18 @@ The README ("Scaling out") has the full GSM8K / SmolLM2 command and a multi-node
 Loss aggregation: sera's token-mean is `actor_rollout_ref.actor.loss_agg_mode=token-mean`; sera's
 seqnorm is `loss_agg_mode=seq-mean-token-sum-norm` together with
 `actor_rollout_ref.actor.loss_scale_factor=<data.max_response_length>` (verl's default divides
-by each micro-batch's padded width instead). PPO-clip is linear in the advantage, so folding
-n0 / N_q into the advantage is the weighted loss (not for clip_cov / kl_cov).
+by each micro-batch's padded width instead). Folding n0 / N_q into the advantage is the weighted
+loss only where each response's loss term scales with its own advantage (WEIGHTED_LOSS_MODES;
+`tests/test_integration_verl.py` checks every loss mode verl registers by its gradients).
 
 Refused with a message (`refuse_unsupported`): DAPO group filtering and failed-group refill (they
 evict groups before the history sees them), `algorithm.use_kl_in_reward=True` (rewards leave
-[0, 1]) and the observability safeguard (verl's replay buffer waits for every submitted prompt).
+[0, 1]), the observability safeguard (verl's replay buffer waits for every submitted prompt),
+policy loss modes outside WEIGHTED_LOSS_MODES (clip_cov, kl_cov and dro), a KL loss or an entropy
+bonus (verl adds them per token without the weight n0 / N_q), and skipped rollouts
+(`skip.rollout_tq`: a cached step bypasses the planning hook). Agent loops that return several
+outputs per session are refused when their first batch is scored (each output would count as a
+trial of its own).
 """
 
 from __future__ import annotations
@@ -58,6 +64,11 @@ COUNT_KEY = "__rollout_n__"
 """The per-prompt field verl's V1 agent loop reads a prompt's rollout count from."""
 PAD_PREFIX = "pad"
 """verl's padding rows carry uid `pad<hex>` (padding_utils.upsample_batch_to_divisible_size)."""
+WEIGHTED_LOSS_MODES = ("vanilla", "bypass_mode", "cispo", "dppo_kl", "dppo_tv", "geo_mean", "gpg",
+                       "gspo", "sapo")
+"""verl policy loss modes under which a response's gradient scales with its own advantage, so
+that n0 / N_q folded into the advantage weights its loss; the others (clip_cov and kl_cov pick
+tokens by a batch-wide covariance, dro adds a penalty that does not scale) are refused."""
 
 logger = logging.getLogger(__name__)
 
@@ -72,17 +83,20 @@ def setup() -> None:
 
 
 _planned: set | None = None  # uids out for rollout, while SeraTrainerSync computes advantages
+_n0: float | None = None  # rollout.n, while SeraTrainerSync computes advantages
 
 
 @contextlib.contextmanager
-def planned_only(uids):
-    """Within the block, `sera_maxrl` treats responses of any other uid like padding rows."""
-    global _planned
-    _planned = {str(u) for u in uids}
+def planned_only(uids, n0: float | None = None):
+    """Within the block, `sera_maxrl` treats responses of any other uid like padding rows and, if
+    n0 is given, weights each prompt n0 / N_q (rather than by the batch's mean group size, which
+    a partial batch, as verl's parameter_sync_step > 1 hands over, would get wrong)."""
+    global _planned, _n0
+    _planned, _n0 = {str(u) for u in uids}, n0
     try:
         yield
     finally:
-        _planned = None
+        _planned, _n0 = None, None
 
 
 @core_algos.register_adv_est(ESTIMATOR)
@@ -104,24 +118,26 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
     -------
     (advantages, returns)
         Both (responses, response_length): the weighted MaxRL advantage of each response,
-        n0 / N_q times MaxRL over its prompt's group, broadcast over its tokens; n0 is the mean
-        group size of the real prompts.
+        n0 / N_q times MaxRL over its prompt's group, broadcast over its tokens; n0 is rollout.n
+        under the trainer mode (`planned_only`), else the mean group size of the real prompts.
     """
     scores = (token_level_rewards * response_mask).sum(dim=-1).detach().double().cpu()
     uids = np.asarray(index, dtype=object).astype(str)
     real = ~np.char.startswith(uids, PAD_PREFIX)
     if _planned is not None:
         real &= np.array([u in _planned for u in uids], dtype=bool)
-    values = torch.as_tensor(grouped_weighted_maxrl(scores.numpy(), uids, real))
+    values = torch.as_tensor(grouped_weighted_maxrl(scores.numpy(), uids, real, _n0))
     per_token = values.to(token_level_rewards.dtype)[:, None] * response_mask
     return per_token, per_token
 
 
 def refuse_unsupported(config) -> None:
-    """Raise ValueError for verl settings under which SERA's history or MaxRL would be wrong:
-    DAPO group filtering and failed-group refill evict all-0 and all-1 groups before the history
-    sees them; a KL penalty in the reward makes rewards negative; the observability safeguard
-    gives prompts no rollouts, which verl's replay buffer waits for."""
+    """Raise ValueError, naming the setting, for verl settings under which SERA's history,
+    MaxRL or the weights n0 / N_q would be wrong: DAPO group filtering and failed-group refill
+    evict all-0 and all-1 groups before the history sees them; a KL penalty in the reward makes
+    rewards negative; the observability safeguard gives prompts no rollouts, which verl's replay
+    buffer waits for; loss modes outside WEIGHTED_LOSS_MODES, a KL loss and an entropy bonus do
+    not carry the weights; skipped rollouts bypass the planning."""
     algorithm = config.get("algorithm", {}) or {}
     if (algorithm.get("filter_groups", {}) or {}).get("enable", False):
         raise ValueError("algorithm.filter_groups.enable=True (DAPO group filtering) evicts "
@@ -135,12 +151,35 @@ def refuse_unsupported(config) -> None:
     if algorithm.get("use_kl_in_reward", False):
         raise ValueError("algorithm.use_kl_in_reward=True subtracts a KL penalty from the "
                          "rewards, which MaxRL and the success history need as successes in "
-                         "[0, 1]; set algorithm.use_kl_in_reward=False (a KL loss, "
-                         "actor_rollout_ref.actor.use_kl_loss=True, is unaffected)")
+                         "[0, 1]; set algorithm.use_kl_in_reward=False")
     if allocator_from_config(config).u_min is not None:
         raise ValueError("+sera.u_min (the observability safeguard) gives some prompts no "
                          "rollouts, and verl's replay buffer waits for every prompt it was sent; "
                          "leave +sera.u_min unset with verl")
+    actor = OmegaConf.select(config, "actor_rollout_ref.actor", default=None) or {}
+    mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode",
+                            default="vanilla")
+    if mode not in WEIGHTED_LOSS_MODES:
+        raise ValueError(f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}: its loss does "
+                         f"not scale with each response's own advantage (clip_cov and kl_cov pick "
+                         f"tokens by a batch-wide covariance, dro adds a penalty that does not "
+                         f"scale), so the weight n0 / N_q folded into the advantage is not the "
+                         f"weighted loss; use one of {', '.join(WEIGHTED_LOSS_MODES)}")
+    if actor.get("use_kl_loss", False):
+        raise ValueError("actor_rollout_ref.actor.use_kl_loss=True adds verl's KL loss per token "
+                         "without SERA's weight n0 / N_q, so a prompt's KL pull would grow with "
+                         "its rollout count; set actor_rollout_ref.actor.use_kl_loss=False (MaxRL "
+                         "and the SERA paper train without a KL term)")
+    if actor.get("entropy_coeff", 0) not in (0, 0.0, None):
+        raise ValueError(f"actor_rollout_ref.actor.entropy_coeff={actor.get('entropy_coeff')} "
+                         f"adds verl's entropy bonus per token without SERA's weight n0 / N_q, so "
+                         f"a prompt's bonus would grow with its rollout count; set "
+                         f"actor_rollout_ref.actor.entropy_coeff=0")
+    if OmegaConf.select(config, "skip.rollout_tq.enable", default=False):
+        raise ValueError("skip.rollout_tq.enable=True replays cached rollouts and skips the step "
+                         "that plans the batch, so SERA's planner has nothing out for rollout and "
+                         "every advantage would be 0; set skip.rollout_tq.enable=False with the "
+                         "sera_sync mode")
 
 
 def dense_rows(extra_info) -> dict:
@@ -233,7 +272,13 @@ class SeraTrainerSync(PPOTrainerSync):
     def _compute_advantage(self, batch, metrics: dict):
         from verl.trainer.ppo.v1.trainer_base import tq
 
-        with planned_only(self.sera.pending):
+        several = [k for k in batch.keys if not str(k).endswith("_0")]
+        if several:  # keys are {uid}_{session}_{output}
+            raise ValueError(f"the agent loop returned several outputs for one session (key "
+                             f"{several[0]!r}); SERA would count each output as a trial of its "
+                             f"own and weight it so. Use an agent loop with one output per "
+                             f"session (as single_turn_agent) with sera_sync")
+        with planned_only(self.sera.pending, n0=self.sera.n0):
             batch = super()._compute_advantage(batch, metrics)
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
                                select_fields=["uid", "rm_scores"])
