@@ -132,18 +132,21 @@ test-vllm: $(VLLM_STAMP)
 
 # verl 0.9.1 and TRL 1.16 beside the CPU torch (about 1.5 GB, 2-3 minutes the first time): the
 # plug-ins' tests run verl's and TRL's own code here (a missing framework is an error, not a skip).
+# Built from the scale extra alone (no train extra), so its tests show that `pip install
+# ".[scale]"` is enough for the plug-ins and their reward.
 $(SCALE_STAMP): pyproject.toml
 	$(call make_room,$(SCALE_GB),$(SCALE))
 	$(PYTHON) -m venv $(SCALE)
 	$(SCALE)/bin/python -m pip install --quiet --no-compile --no-cache-dir --upgrade pip
 	$(SCALE)/bin/python -m pip install --quiet --no-compile --no-cache-dir "$(TORCH)"
 	$(SCALE)/bin/python -m pip install --quiet --no-compile --no-cache-dir \
-		-e ".[train,dev,scale]" "$(TORCH)"
+		-e ".[scale,dev]" "$(TORCH)"
 	touch $(SCALE_STAMP)
 
 test-integrations: $(SCALE_STAMP)
 	SERA_REQUIRE_INTEGRATIONS=1 $(SCALE)/bin/python -m pytest tests/test_integration_verl.py \
-		tests/test_integration_trl.py -p no:cacheprovider -W ignore::DeprecationWarning \
+		tests/test_integration_trl.py tests/test_extras.py tests/test_verl_examples.py \
+		-p no:cacheprovider -W ignore::DeprecationWarning \
 		-W ignore::FutureWarning -W ignore::UserWarning
 
 # The edit loop: everything but the notebook executions (about a minute).

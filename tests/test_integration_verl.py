@@ -9,9 +9,6 @@ import asyncio
 import copy
 import inspect
 import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +22,7 @@ import yaml  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from omegaconf import OmegaConf, open_dict  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
+from test_verl_examples import compose, readme_verl_arguments  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
@@ -40,7 +38,6 @@ from sera.integrations.planner import HISTORY_FILE  # noqa: E402
 from sera.trainers.config import AllocatorConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-MAIN_PPO = "python3 -m verl.trainer.main_ppo"
 
 
 def test_the_verl_internals_the_plugin_relies_on_are_where_it_expects():
@@ -338,31 +335,9 @@ def test_trainer_mode_plans_submits_records_and_checkpoints_on_fake_batches(tmp_
 
 
 @pytest.fixture(scope="module")
-def readme_config():
-    """The README's verl command composed through verl's Hydra config, as main_ppo does."""
-    return _compose(_readme_verl_arguments())
-
-
-def _readme_verl_arguments() -> list[str]:
-    """The arguments of the README's verl command, expanded by bash as a user's shell would
-    (the $(python -c ...) runs in this environment)."""
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"```bash\n(pip install -e \"\.\[scale\]\".*?)```", text, re.S).group(1)
-    command = block[block.index(MAIN_PPO):].replace(MAIN_PPO, "printf '%s\\n'", 1)
-    env = dict(os.environ, PATH=os.pathsep.join([os.path.dirname(sys.executable),
-                                                 os.environ["PATH"]]))
-    out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True,
-                         env=env, cwd=ROOT)
-    return out.stdout.splitlines()
-
-
-def _compose(arguments):
-    import verl
-    from hydra import compose, initialize_config_dir
-
-    folder = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
-    with initialize_config_dir(config_dir=folder, version_base=None):
-        return compose("ppo_trainer", overrides=arguments)
+def readme_config(tmp_path_factory):
+    """The README's verl commands composed through verl's Hydra config, as main_ppo does."""
+    return compose(readme_verl_arguments(tmp_path_factory.mktemp("readme")))
 
 
 def test_the_readme_verl_command_passes_verls_configuration_check(readme_config):

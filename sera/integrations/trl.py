@@ -179,7 +179,8 @@ class SeraGRPOTrainer(GRPOTrainer):
         The planner's history.
     sera_log : deque of dict
         The last LOG_KEEP generation batches over all processes: step, ids (dataset rows),
-        counts, rewards (NaN where unscored), advantages and fallback.
+        counts, rewards (NaN where unscored), advantages, fallback, and replayed (the batch a
+        resume found already recorded in the checkpoint's history).
     """
 
     def __init__(self, *args, allocator: AllocatorConfig | None = None, **kwargs):

@@ -48,7 +48,8 @@ def worked_solution(answer: str) -> str:
     return f"{reasoning}\nThe final answer is \\boxed{{{ground_truth(answer)}}}."
 
 
-def _load(path: Path) -> pd.DataFrame:
+def load_file(path: Path) -> pd.DataFrame:
+    """The raw table of a local jsonl, json or parquet file; a missing file raises an error."""
     if not path.exists():
         raise FileNotFoundError(f"no data file at {path} (GSM8K jsonl/parquet or a MaxRL "
                                 f"parquet; download it and pass its path)")
@@ -66,7 +67,11 @@ def read(path) -> pd.DataFrame:
     send: one user turn), answer (the ground truth) and solution (a worked solution, or None).
     A missing file or field raises an error naming both."""
     path = Path(path)
-    frame = _load(path)
+    return read_frame(load_file(path), path)
+
+
+def read_frame(frame: pd.DataFrame, path) -> pd.DataFrame:
+    """`read` on a table already loaded from `path` (named in errors)."""
     if "prompt" in frame.columns or "reward_model" in frame.columns:  # MaxRL / verl layout
         for field in ("prompt", "reward_model"):
             if field not in frame.columns:

@@ -1,0 +1,159 @@
+"""examples/verl: the data preparation on generated GSM8K-format files, and both launchers (one
+node, a Ray cluster) through verl's Hydra composition and configuration check, with the step
+count, checkpoint and validation frequency and loggers they promise.
+
+Runs in .venv-scale (`make test-integrations`); skips where verl is not installed.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+if not os.environ.get("SERA_REQUIRE_INTEGRATIONS"):
+    pytest.importorskip("verl")
+
+from sera.integrations import verl as plugin  # noqa: E402
+from sera.tasks import math as math_task  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "verl"
+PRINT_ARGUMENTS = r"printf %s\n"  # the launchers split VERL_MAIN into words
+GSM8K_TRAIN = 7473  # openai/gsm8k main/train
+STEPS = 2000  # the paper's SmolLM2 run
+
+
+def compose(arguments):
+    """verl's configuration from command-line overrides, composed as main_ppo composes it."""
+    import verl
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    folder = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=folder, version_base=None):
+        return hydra_compose("ppo_trainer", overrides=arguments)
+
+
+def _gsm8k_files(folder: Path) -> tuple[Path, Path]:
+    """A GSM8K-format training file and a Platinum-format test file (with two rejected rows)."""
+    train, test = math_task.generated_splits(40, 12, seed=3)
+    train_path = math_task.write_jsonl(train, folder / "gsm8k" / "train.jsonl")
+    platinum = test.assign(cleaning_status=["consensus"] * 10 + ["rejected"] * 2)
+    test_path = folder / "gsm8k-platinum" / "test.jsonl"
+    test_path.parent.mkdir(parents=True)
+    platinum.to_json(test_path, orient="records", lines=True)
+    return train_path, test_path
+
+
+def _environment(**variables) -> dict:
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
+    return dict(os.environ, PATH=path, PYTHONPATH=str(ROOT), **variables)
+
+
+def _readme_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    return re.search(r"```bash\n(pip install -e \"\.\[scale\]\".*?)```", text, re.S).group(1)
+
+
+def readme_verl_arguments(tmp_path: Path) -> list[str]:
+    """The README's verl commands as written after the install line, on generated data in
+    tmp_path, with the launcher printing its arguments instead of starting verl."""
+    train, test = _gsm8k_files(tmp_path)
+    block = _readme_block().split("\n", 1)[1]
+    for old, new in {"/data/gsm8k/train.jsonl": train, "/data/gsm8k-platinum/test.jsonl": test,
+                     "/data/sera-gsm8k": tmp_path / "sera-gsm8k"}.items():
+        assert block.count(old) >= 1, old
+        block = block.replace(old, str(new))
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", block], capture_output=True,
+                         text=True, env=_environment(VERL_MAIN=PRINT_ARGUMENTS), cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # The preparation prints what it wrote; the launcher one override a line.
+    return [line for line in out.stdout.splitlines() if re.match(r"^\+?[\w.]+=", line)]
+
+
+def _check(config, nodes: int = 1):
+    """verl's own check, SERA's refusals, and what the launcher promises."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    validate_config(config=config, use_reference_policy=need_reference_policy(config),
+                    use_critic=need_critic(config))
+    plugin.refuse_unsupported(config)
+    trainer = config.trainer
+    per_epoch = GSM8K_TRAIN // config.data.train_batch_size
+    # verl stops at whichever comes first (PPOTrainer.fit, _init_dataloader).
+    assert min(trainer.total_training_steps, per_epoch * trainer.total_epochs) == STEPS
+    assert trainer.save_freq == 100 and trainer.test_freq == 100
+    assert list(trainer.logger) == ["console"] and trainer.resume_mode == "auto"
+    assert trainer.nnodes == nodes and trainer.n_gpus_per_node == 8
+    assert config.trainer.v1.trainer_mode == plugin.MODE
+
+
+def test_data_preparation_writes_what_the_plugin_and_the_reward_read(tmp_path):
+    train, test = _gsm8k_files(tmp_path)
+    out = tmp_path / "sera-gsm8k"
+    run = subprocess.run([sys.executable, str(EXAMPLES / "prepare_gsm8k.py"), "--train",
+                          str(train), "--test", str(test), "--out", str(out)],
+                         capture_output=True, text=True, env=_environment(), cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    tables = {name: pd.read_parquet(out / f"{name}.parquet") for name in ("train", "test")}
+    assert len(tables["train"]) == 40 and len(tables["test"]) == 10  # rejected rows left out
+    for name, table in tables.items():
+        rows = plugin.dense_rows(table["extra_info"])  # unique indices, as the plug-in needs
+        assert list(rows.values()) == list(range(len(table)))
+        assert set(table["extra_info"].map(lambda x: x["split"])) == {name}
+        # The prompt is the question with the paper's instruction; the ground truth is the
+        # number the reward checks a response against.
+        first = table.iloc[0]
+        assert first["prompt"][0]["content"].endswith(math_task.INSTRUCTION)
+        truth = first["reward_model"]["ground_truth"]
+        from sera.integrations import gsm8k
+
+        assert gsm8k.compute_score(first["data_source"], f"so \\boxed{{{truth}}}", truth) == 1.0
+        # And sera's own reader reads it back (the MaxRL / verl layout).
+        back = math_task.read(out / f"{name}.parquet")
+        assert list(back["answer"]) == [m["ground_truth"] for m in table["reward_model"]]
+    with pytest.raises(ValueError, match="no questions"):
+        empty = tmp_path / "empty.jsonl"
+        pd.DataFrame({"question": ["q"], "answer": ["#### 1"], "cleaning_status": ["rejected"]})\
+            .to_json(empty, orient="records", lines=True)
+        from sera.integrations.gsm8k import verl_table
+
+        verl_table(empty, split="test")
+
+
+def test_the_readme_commands_train_2000_steps_checkpoint_and_validate(tmp_path):
+    arguments = readme_verl_arguments(tmp_path)
+    config = compose(arguments)
+    _check(config)
+    assert config.data.train_files == str(tmp_path / "sera-gsm8k" / "train.parquet")
+    assert (config.data.train_batch_size, config.actor_rollout_ref.rollout.n) == (256, 128)
+    assert config.actor_rollout_ref.actor.loss_scale_factor == config.data.max_response_length
+
+
+def test_the_cluster_launcher_runs_the_same_run_on_n_nodes(tmp_path):
+    script = str(EXAMPLES / "cluster.sh")
+    env = _environment(RAY="echo ray")
+    head = subprocess.run(["bash", script, "head"], capture_output=True, text=True, env=env)
+    assert head.stdout.split() == ["ray", "start", "--head", "--port=6379", "--num-gpus=8"]
+    worker = subprocess.run(["bash", script, "worker", "10.0.0.1"], capture_output=True,
+                            text=True, env=env)
+    assert worker.stdout.split() == ["ray", "start", "--address=10.0.0.1:6379", "--num-gpus=8"]
+    wrong = subprocess.run(["bash", script], capture_output=True, text=True, env=env)
+    assert wrong.returncode == 2 and "usage" in wrong.stderr
+    train = subprocess.run(["bash", script, "train"], capture_output=True, text=True,
+                           env=_environment(VERL_MAIN=PRINT_ARGUMENTS, NNODES="4",
+                                            MODEL="/models/m", DATA="/data/d", CKPT="/ckpt/c"))
+    assert train.returncode == 0, train.stderr[-3000:]
+    config = compose(train.stdout.splitlines())
+    _check(config, nodes=4)
+    assert config.ray_kwargs.ray_init.address == "auto"
+    assert config.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == \
+        "sera.integrations.verl.setup"
+    missing = subprocess.run(["bash", script, "train"], capture_output=True, text=True,
+                             env=_environment(VERL_MAIN=PRINT_ARGUMENTS, MODEL="m"))
+    assert missing.returncode != 0 and "NNODES" in missing.stderr
