@@ -425,14 +425,43 @@ def store_runs(folders, out: Path, summary: dict, tables=TABLES, metrics=None,
     return len(runs)
 
 
+def warmup_of(folders, p: Point) -> str | None:
+    """The one warm-up fingerprint the runs (and the point's stored summary) start from, or None
+    where none was recorded (runs stored before fingerprints were kept). Raises ValueError when
+    two differ: runs from different warm-ups are different experiments and are never pooled."""
+    seen: dict[str, str] = {}
+    summary = STUDY_DIR / p.name / "provenance.json"
+    if summary.exists() and stored(p.name).get("warmup"):
+        seen[stored(p.name)["warmup"]] = f"the runs stored in {summary.parent}"
+    for folder in folders:
+        for line in (Path(folder) / "provenance.jsonl").read_text().splitlines():
+            value = json.loads(line).get("warmup")
+            if value:
+                seen.setdefault(value, f"run {Path(folder).name}")
+    if len(seen) > 1:
+        (a, first), (b, second) = list(seen.items())[:2]
+        raise ValueError(
+            f"point {p.name!r} would pool runs from two warm-ups: {first} started from warm-up "
+            f"{a}, {second} from {b} (another machine or library version trains another "
+            f"warm-up). Keep them apart: register a separate point (a copy of this Point under "
+            f"a new name in sera.confirm.POINTS) for the new warm-up's runs, or train them from "
+            f"the warm-up the stored runs used")
+    return next(iter(seen), None)
+
+
 def store(p: Point, runs_dir=RUNS_DIR) -> int:
     """Write the point's finished runs to data/study/<point>/; returns how many. Runs stored
-    earlier whose folders are gone (a fresh checkout) are restored first, so they are kept."""
+    earlier whose folders are gone (a fresh checkout) are restored first, so they are kept.
+    Refuses (ValueError) to pool runs whose warm-ups differ (`warmup_of`)."""
     restore(p, runs_dir)
-    return store_runs(finished_runs(p, runs_dir), STUDY_DIR / p.name, {
-        "point": p.name, "task": p.task, "why": p.why, "seeds": n_seeds(p),
-        "arms": [list(a) for a in p.arms], "runs_planned": len(p.configs(runs_dir)),
-        "rerun": f"python -m sera.confirm run {p.name}"})
+    folders = finished_runs(p, runs_dir)
+    summary = {"point": p.name, "task": p.task, "why": p.why, "seeds": n_seeds(p),
+               "arms": [list(a) for a in p.arms], "runs_planned": len(p.configs(runs_dir)),
+               "rerun": f"python -m sera.confirm run {p.name}"}
+    warmup = warmup_of(folders, p)
+    if warmup is not None:
+        summary["warmup"] = warmup
+    return store_runs(folders, STUDY_DIR / p.name, summary)
 
 
 def restore(p: Point, runs_dir=RUNS_DIR) -> int:

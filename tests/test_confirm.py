@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from sera import confirm
-from sera.trainers import maze
+from sera.models import load_decoder
+from sera.trainers import checkpoint, maze
 
 
 def test_seeds_needed_follows_the_power_calculation():
@@ -92,7 +93,12 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
     for record in summary["runs"]:
         assert record["wall_s"] > 0
         first = record["provenance"][0]
-        assert {"commit", "command", "torch_threads", "cpu_capability"} <= set(first)
+        assert {"commit", "command", "torch_threads", "cpu_capability", "numpy", "torch",
+                "transformers", "tokenizers"} <= set(first)
+        assert first["warmup"] == summary["warmup"]  # one warm-up, fingerprinted
+    warmup = tmp_path / "runs" / "tiny" / "warmup"
+    assert summary["warmup"] == json.loads((warmup / "warmup.json").read_text())["fingerprint"]
+    assert summary["warmup"] == checkpoint.fingerprint(load_decoder(warmup))
     # reproducible bytes: the gzip header carries no time stamp
     raw = (tmp_path / "study" / "tiny" / "final.csv.gz").read_bytes()
     assert raw[4:8] == b"\0\0\0\0"
@@ -211,3 +217,33 @@ def test_fit_and_store_leaves_claimed_runs_to_their_owner(tmp_path, monkeypatch)
         confirm.fit_and_store(configs, lambda c: c.out, lambda: stores.append(1), "t",
                               progress=False)
     assert fitted == [str(tmp_path / "run-0"), str(tmp_path / "run-2")] and len(stores) == 3
+
+
+def test_runs_from_another_warm_up_are_never_pooled(tmp_path, monkeypatch):
+    """A run whose warm-up fingerprint differs from the other runs', or from the one stored with
+    the point, is refused with both fingerprints and the way out; runs stored before
+    fingerprints were kept (none recorded) pool with either."""
+    monkeypatch.setattr(confirm, "STUDY_DIR", tmp_path / "study")
+    p = _tiny_point()
+
+    def run_folder(name, warmup):
+        folder = tmp_path / "runs" / name
+        folder.mkdir(parents=True)
+        records = [{"step": 0, "torch": "2.13.0", **({"warmup": warmup} if warmup else {})},
+                   {"step": 6, "finished": True, "wall_s": 1.0}]
+        (folder / "provenance.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return folder
+
+    old, a, b = run_folder("old", None), run_folder("a", "aaaa1111"), run_folder("b", "bbbb2222")
+    assert confirm.warmup_of([old], p) is None
+    assert confirm.warmup_of([old, a], p) == "aaaa1111"
+    with pytest.raises(ValueError, match=r"run a started from warm-up aaaa1111, run b from "
+                                         r"bbbb2222.*separate point"):
+        confirm.warmup_of([old, a, b], p)
+    summary = tmp_path / "study" / "tiny" / "provenance.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text(json.dumps({"point": "tiny", "warmup": "bbbb2222", "runs": []}))
+    with pytest.raises(ValueError, match=r"the runs stored in .* started from warm-up bbbb2222, "
+                                         r"run a from aaaa1111"):
+        confirm.warmup_of([a], p)
+    assert confirm.warmup_of([old, b], p) == "bbbb2222"

@@ -44,19 +44,42 @@ def load(path: Path, config: dict, defaults: dict | None = None) -> dict | None:
 
 
 def provenance() -> dict:
-    """What a run's numbers depend on beyond its configuration: the library versions, torch's
-    thread count and the CPU's vector instruction set (bitwise-equal results need the same
-    three), and the machine."""
+    """What a run's numbers depend on beyond its configuration: the library versions (numpy,
+    torch, transformers, tokenizers), torch's thread count and the CPU's vector instruction set
+    (bitwise-equal results need the same three), and the machine."""
     import platform
 
     import numpy
 
     return {"torch": torch.__version__, "numpy": numpy.__version__,
+            **{name: _version(name) for name in ("transformers", "tokenizers")},
             "python": platform.python_version(), "torch_threads": torch.get_num_threads(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "machine": platform.machine(), "cuda": torch.cuda.is_available(),
             "commit": commit(), "command": " ".join(sys.argv),
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def _version(distribution: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def fingerprint(model: torch.nn.Module) -> str:
+    """A short hash of a model's weights (names, shapes, dtypes and bytes in state_dict order):
+    equal for bitwise-equal models, whatever file format they were saved in."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 @functools.cache

@@ -249,8 +249,9 @@ def fit(study: Study, callback=None) -> Results:
         run.finished = run.finished and (run.step >= config.steps or bool(run.stopped))
     (out / "config.json").write_text(json.dumps(as_dict(config), indent=2))
     # Appended at every start or resume: a resumed run may continue on another machine.
+    extra = study.provenance() if hasattr(study, "provenance") else {}  # e.g. the warm-up
     with (out / "provenance.jsonl").open("a") as record:
-        record.write(json.dumps({"step": run.step, **checkpoint.provenance()}) + "\n")
+        record.write(json.dumps({"step": run.step, **checkpoint.provenance(), **extra}) + "\n")
     started, first_step = time.perf_counter(), run.step
     bar = _progress(config, run.step)
     protocol = PROTOCOLS[run.method.protocol]

@@ -21,6 +21,7 @@ import torch
 
 from sera.passk import k_grid, pass_at_k
 from sera.trainers import loop
+from sera.trainers.checkpoint import fingerprint
 from sera.trainers.config import RunConfig
 from sera.trainers.engines import Engine, Sampling, TransformersEngine
 from sera.trainers.methods import METHODS, supported
@@ -147,6 +148,10 @@ class SequenceStudy:
         self._pool: dict = {}  # this step's (response, reward) pairs per prompt
         self._calls = 0  # sampling calls in this step (each gets its own seed)
 
+    def provenance(self) -> dict:
+        """What the loop records beside the library versions: the warm-up's fingerprint."""
+        return {"warmup": warmup_fingerprint(self.config)}
+
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
@@ -259,7 +264,10 @@ def warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, setti
     stamp = folder / "warmup.json"
     saved = json.loads(stamp.read_text()) if stamp.exists() else None
     if saved is not None and saved["settings"] == settings:
-        return load_decoder(folder).to(device(config.device)), saved["rows"]
+        model = load_decoder(folder).to(device(config.device))
+        if "fingerprint" not in saved:  # written before fingerprints were kept
+            stamp.write_text(json.dumps({**saved, "fingerprint": fingerprint(model)}))
+        return model, saved["rows"]
     torch.manual_seed(settings.get("seed", 0))
     model = build_model().to(device(config.device))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.warmup_lr)
@@ -277,8 +285,17 @@ def warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, setti
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     task.tokenizer.save_pretrained(folder)
-    stamp.write_text(json.dumps({"settings": settings, "rows": rows}))
+    stamp.write_text(json.dumps({"settings": settings, "rows": rows,
+                                 "fingerprint": fingerprint(model)}))
     return model, rows
+
+
+def warmup_fingerprint(config: SequenceConfig) -> str | None:
+    """The weights fingerprint of the warm-up a run starts from (None for a user's model)."""
+    stamp = warmup_folder(config) / "warmup.json"
+    if getattr(config, "model", None) is not None or not stamp.exists():
+        return None
+    return json.loads(stamp.read_text()).get("fingerprint")
 
 
 def warmup_settings(config: SequenceConfig, task_fields: dict) -> dict:
