@@ -31,15 +31,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sera.results import paired_gain
+from sera.results import paired_gain, reproduction
 from sera.trainers import checkpoint, loop
 from sera.trainers import math as math_trainer
 from sera.trainers import maze as maze_trainer
-from sera.trainers.sequence import SequenceConfig
+from sera.trainers.sequence import SequenceConfig, warmup_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY_DIR = ROOT / "data" / "study"
 RUNS_DIR = ROOT / "build" / "runs" / "confirm"
+VERIFY_DIR = ROOT / "build" / "runs" / "verify"
+"""Where `verify` trains: its own warm-up and runs, apart from the stored point's."""
 TABLES = ("metrics", "final", "allocations")
 SAFEGUARD = 0.3
 """u_min of the arm that runs SERA with the observability safeguard on."""
@@ -544,6 +546,30 @@ def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def verify(p: Point, seeds: int = 2, runs_dir=VERIFY_DIR, ks=(1, 8, 32, 128),
+           progress: bool = True) -> pd.DataFrame:
+    """Rerun the first `seeds` seeds of every arm of a stored point on this machine, from a
+    warm-up trained here, and say whether the stored conclusions hold (`results.reproduction`
+    per arm against MaxRL and K). Nothing is stored: the runs stay in runs_dir/<point>/."""
+    if not (STUDY_DIR / p.name / "final.csv.gz").exists():
+        raise FileNotFoundError(f"{p.name!r} has no stored runs to verify")
+    seeds = int(seeds)
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    configs = [c for c in p.configs(runs_dir) if c.seed < seeds]
+    fit_and_store(configs, BUILDERS[p.task], lambda: None, f"verify {p.name}", progress)
+    new = with_arm(pd.concat([pd.read_csv(Path(c.out) / "final.csv") for c in configs],
+                             ignore_index=True))
+    old = load(p.name).final
+    parts = [reproduction(old.assign(method=old["arm"]), new.assign(method=new["arm"]),
+                          treatment, "maxrl", ks=ks).assign(arm=treatment)
+             for treatment in sorted(set(new["arm"]) - {"maxrl"})]
+    table = pd.concat(parts, ignore_index=True)
+    table["warmup"] = warmup_fingerprint(configs[0])
+    table["stored_warmup"] = stored(p.name).get("warmup")
+    return table
+
+
 def status(names=None, store_dir=None) -> pd.DataFrame:
     """One row per point: runs stored of runs planned, their wall time in hours, and the command
     that runs (or resumes) the rest."""
@@ -577,10 +603,14 @@ def main(argv=None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=["list", "predict", "run", "store", "show"])
+    parser.add_argument("action", choices=["list", "predict", "run", "store", "show", "verify"])
     parser.add_argument("points", nargs="*", help="point names (default: all)")
-    parser.add_argument("--runs-dir", default=str(RUNS_DIR))
+    parser.add_argument("--runs-dir", default=None,
+                        help=f"where runs train (default {RUNS_DIR}; verify: {VERIFY_DIR})")
+    parser.add_argument("--seeds", type=int, default=2, help="verify: seeds per arm to rerun")
     args = parser.parse_args(argv)
+    if args.runs_dir is None:
+        args.runs_dir = str(VERIFY_DIR if args.action == "verify" else RUNS_DIR)
     names = args.points or list(POINTS)
     for name in names:
         p = point(name)
@@ -595,9 +625,26 @@ def main(argv=None) -> int:
             print(compare(name).round(3).to_string(index=False))
         elif args.action == "store":
             print(f"{name}: {store(p, args.runs_dir)} runs stored")
+        elif args.action == "verify":
+            print_verification(name, verify(p, args.seeds, args.runs_dir))
         else:
             show(name)
     return 0
+
+
+def print_verification(name: str, table: pd.DataFrame) -> None:
+    """The verdicts of `verify`, one line per arm and K, then the summary."""
+    print(f"{name}: {table['seeds'].iloc[0]} new seeds per arm against the stored runs "
+          f"(warm-up {table['warmup'].iloc[0]}, stored {table['stored_warmup'].iloc[0]})")
+    shown = table.assign(new_per_seed=table["new_per_seed"].map(
+        lambda g: " ".join(f"{x:+.3f}" for x in g)))
+    print(shown[["arm", "k", "verdict", "stored_gain", "stored_low", "stored_high",
+                 "new_gain", "new_per_seed", "inside", "same_sign", "reproduces",
+                 "identical"]].round(3).to_string(index=False))
+    held = int(table["reproduces"].sum())
+    print(f"{held} of {len(table)} stored conclusions reproduce (same sign of the gain, every "
+          f"new seed inside the stored spread); {int(table['identical'].min())} of "
+          f"{table['seeds'].iloc[0]} seeds bitwise identical to the stored runs")
 
 
 def show(name: str) -> None:

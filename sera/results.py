@@ -178,6 +178,57 @@ def paired_gain(final: pd.DataFrame, treatment: str = "sera", control: str = "ma
     return pd.DataFrame(rows)
 
 
+def reproduction(stored: pd.DataFrame, new: pd.DataFrame, treatment: str = "sera",
+                 control: str = "maxrl", ks=None, confidence: float = 0.95) -> pd.DataFrame:
+    """Whether new seeds of a comparison reproduce a stored one, per K.
+
+    `stored` and `new` are final tables (method, seed, prompt, n, correct). A stored verdict is
+    the sign of its mean per-seed gain where its Student-t interval excludes 0 ("better",
+    "worse"), else "level". The new seeds reproduce it when their mean gain has the same sign
+    (for "level": whatever sign) and each new seed's gain falls inside the stored prediction
+    interval for one more seed, mean +- t(S-1) * sd * sqrt(1 + 1/S), the spread a seed of the
+    stored experiment would show. Seeds run in both with identical results are counted too:
+    on the machine kind the stored runs came from they are bitwise equal.
+
+    Columns: k, stored_gain, stored_low, stored_high, verdict, spread_low, spread_high,
+    new_gain, new_per_seed, inside (new seeds inside the spread), same_sign, reproduces,
+    identical (seeds whose rows of both methods equal the stored ones) and seeds.
+    """
+    before = seed_gains(stored, treatment, control, by=(), ks=ks)
+    after = seed_gains(new, treatment, control, by=(), ks=ks)
+    rows = []
+    for k, part in after.groupby("k"):
+        old = before[before["k"] == k]["gain"].to_numpy()
+        gains = part.sort_values("seed")["gain"].to_numpy()
+        n, mean = old.size, float(old.mean())
+        sd = float(old.std(ddof=1)) if n > 1 else np.nan
+        half = float(t_half_width(sd, n, confidence))
+        verdict = "level" if not (abs(mean) > half) else ("better" if mean > 0 else "worse")
+        spread = float(t_half_width(sd * np.sqrt(n + 1), n, confidence))  # sd*sqrt(1+1/n)*sqrt(n)
+        inside = int(np.sum(np.abs(gains - mean) <= spread))
+        same = verdict == "level" or np.sign(gains.mean()) == np.sign(mean)
+        rows.append({"k": int(k), "stored_gain": mean, "stored_low": mean - half,
+                     "stored_high": mean + half, "verdict": verdict,
+                     "spread_low": mean - spread, "spread_high": mean + spread,
+                     "new_gain": float(gains.mean()), "new_per_seed": tuple(gains.tolist()),
+                     "inside": inside, "same_sign": bool(same),
+                     "reproduces": bool(same and inside == gains.size),
+                     "identical": _identical_seeds(stored, new, (treatment, control)),
+                     "seeds": int(gains.size)})
+    return pd.DataFrame(rows)
+
+
+def _identical_seeds(stored: pd.DataFrame, new: pd.DataFrame, methods) -> int:
+    """Seeds of `new` whose final rows of every method in `methods` equal the stored ones."""
+    columns = ["method", "seed", "prompt", "n", "correct"]
+    same = 0
+    for seed in sorted(set(new["seed"])):
+        pick = [t[t["method"].isin(methods) & (t["seed"] == seed)][columns]
+                .sort_values(columns[:3]).reset_index(drop=True) for t in (stored, new)]
+        same += bool(len(pick[0]) and pick[0].equals(pick[1]))
+    return same
+
+
 def gains_against(final: pd.DataFrame, reference: str = "sera", by=("agg",), ks=None,
                   n_resamples: int | None = None, seed: int | None = None) -> pd.DataFrame:
     """paired_gain of every other method against `reference`, with a method column."""

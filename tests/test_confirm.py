@@ -247,3 +247,29 @@ def test_runs_from_another_warm_up_are_never_pooled(tmp_path, monkeypatch):
                                          r"run a from aaaa1111"):
         confirm.warmup_of([a], p)
     assert confirm.warmup_of([old, b], p) == "bbbb2222"
+
+
+def test_verify_reruns_seeds_from_its_own_warm_up_and_reports_the_verdicts(tmp_path,
+                                                                           monkeypatch, capsys):
+    """On the machine that trained the stored runs, verify's own warm-up and runs repeat them
+    bit for bit, so every verdict holds; nothing new is stored."""
+    monkeypatch.setattr(confirm, "STUDY_DIR", tmp_path / "study")
+    p = _tiny_point()
+    monkeypatch.setitem(confirm.POINTS, "tiny", p)
+    profile = tmp_path / "study" / "tiny" / "profile.csv"
+    profile.parent.mkdir(parents=True)
+    profile.write_text("# stand-in\nprompt,p,samples\n" + "".join(
+        f"{i},{v},32\n" for i, v in enumerate([0.0, 0.0, 0.1, 0.3, 0.5, 0.6, 0.9, 1.0])))
+    confirm.run(p, tmp_path / "runs", progress=False)
+    before = {f.name: f.read_bytes() for f in (tmp_path / "study" / "tiny").iterdir()}
+    with pytest.raises(ValueError, match="seeds must be >= 1"):
+        confirm.verify(p, seeds=0, runs_dir=tmp_path / "verify")
+    table = confirm.verify(p, seeds=1, runs_dir=tmp_path / "verify", ks=(1, 4), progress=False)
+    assert set(table["arm"]) == {"sera", "sera+safeguard"} and set(table["k"]) == {1, 4}
+    assert (table["seeds"] == 1).all() and (table["identical"] == 1).all()
+    assert table["reproduces"].all()
+    assert (table["warmup"] == table["stored_warmup"]).all()
+    assert (tmp_path / "verify" / "tiny" / "warmup" / "warmup.json").exists()
+    assert {f.name: f.read_bytes() for f in (tmp_path / "study" / "tiny").iterdir()} == before
+    confirm.print_verification("tiny", table)
+    assert "4 of 4 stored conclusions reproduce" in capsys.readouterr().out

@@ -122,3 +122,39 @@ def test_reference_numbers_load():
     table = pd.read_csv(Path(sera.__file__).parents[1] / "data" / "paper_reference.csv")
     assert {"study", "method", "n0", "metric", "k", "value", "note"} <= set(table.columns)
     assert set(table["study"]) == {"imagenet", "maze", "math"}
+
+
+def _paired(gains, seeds=None):
+    """A final table of sera and maxrl with one prompt of 16 samples per seed, sera ahead of
+    maxrl by `gains` (multiples of 1/16 in [-0.5, 0.5]) at Pass@1."""
+    rows = []
+    for seed, gain in zip(seeds or range(len(gains)), gains, strict=True):
+        rows.append({"method": "maxrl", "seed": seed, "prompt": 0, "n": 16, "correct": 8})
+        rows.append({"method": "sera", "seed": seed, "prompt": 0, "n": 16,
+                     "correct": 8 + round(16 * gain)})
+    return pd.DataFrame(rows)
+
+
+def test_reproduction_against_a_hand_worked_stored_comparison():
+    from scipy import stats
+
+    stored = _paired([0.25, 0.5, 0.25, 0.5])  # mean 0.375, sd 0.1443 over 4 seeds
+    sd, t = np.std([0.25, 0.5, 0.25, 0.5], ddof=1), stats.t.ppf(0.975, 3)
+    row = results.reproduction(stored, _paired([0.0, 0.25]), ks=[1]).iloc[0]
+    assert row["verdict"] == "better"  # interval 0.375 +- 0.230 excludes 0
+    assert row["stored_low"] == pytest.approx(0.375 - t * sd / 2)
+    assert row["spread_high"] == pytest.approx(0.375 + t * sd * np.sqrt(1 + 1 / 4))
+    assert row["new_gain"] == pytest.approx(0.125) and row["inside"] == 2
+    assert row["same_sign"] and row["reproduces"] and row["identical"] == 0
+    # a new seed beyond the stored spread (0.266 +- 0.111 here), or a mean of the other sign
+    narrow = _paired([0.25, 0.25, 0.25, 0.3125])
+    beyond = results.reproduction(narrow, _paired([0.5, 0.25]), ks=[1]).iloc[0]
+    assert beyond["inside"] == 1 and beyond["same_sign"] and not beyond["reproduces"]
+    flipped = results.reproduction(stored, _paired([-0.25, 0.0]), ks=[1]).iloc[0]
+    assert not flipped["same_sign"] and not flipped["reproduces"]
+    # a stored interval that covers 0 is no verdict to contradict
+    level = results.reproduction(_paired([0.25, -0.25, 0.5, -0.25]), _paired([-0.25]), ks=[1])
+    assert level.iloc[0]["verdict"] == "level" and level.iloc[0]["same_sign"]
+    # seeds rerun with identical rows are counted
+    again = results.reproduction(stored, _paired([0.25, 0.5], seeds=[0, 1]), ks=[1]).iloc[0]
+    assert again["identical"] == 2
