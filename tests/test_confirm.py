@@ -191,6 +191,22 @@ def test_the_readme_show_command_reads_the_stored_point(capsys):
     assert "predicted" in shown and "measured" in shown
 
 
+def test_the_readme_verify_command_reruns_the_point_it_names(monkeypatch):
+    """The README's verify command as written reaches verify with its point and seeds (what
+    verify does is tested on a tiny point above; the real one trains for 10 minutes)."""
+    import re
+    import shlex
+
+    text = (confirm.ROOT / "README.md").read_text()
+    command = re.search(r"^python -m sera\.confirm verify .*$", text, re.M).group(0)
+    calls = []
+    monkeypatch.setattr(confirm, "verify", lambda p, seeds, runs_dir: calls.append(
+        (p.name, seeds, runs_dir)) or pd.DataFrame())
+    monkeypatch.setattr(confirm, "print_verification", lambda name, table: None)
+    assert confirm.main(shlex.split(command)[3:]) == 0
+    assert calls == [("maze-n0-8", 2, str(confirm.VERIFY_DIR))]
+
+
 def test_a_run_is_trained_by_one_process_at_a_time(tmp_path):
     import subprocess
     import sys
