@@ -18,7 +18,7 @@ Importing this module registers two things with verl:
 
 Both must be registered in the Ray workers that use them: pass
 `+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=sera.integrations.verl.setup`.
-The README ("Scaling out") has the full GSM8K / SmolLM2 command and a multi-node one.
+examples/verl/ has the GSM8K / SmolLM2 launchers (one node, a Ray cluster) and the data preparation.
 
 Loss aggregation: sera's token-mean is `actor_rollout_ref.actor.loss_agg_mode=token-mean`; sera's
 seqnorm is `loss_agg_mode=seq-mean-token-sum-norm` together with
