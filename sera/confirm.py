@@ -433,8 +433,9 @@ def warmup_of(folders, p: Point) -> str | None:
     two differ: runs from different warm-ups are different experiments and are never pooled."""
     seen: dict[str, str] = {}
     summary = STUDY_DIR / p.name / "provenance.json"
-    if summary.exists() and stored(p.name).get("warmup"):
-        seen[stored(p.name)["warmup"]] = f"the runs stored in {summary.parent}"
+    kept = stored(p.name).get("warmup") if summary.exists() else None
+    if kept:
+        seen[kept] = f"the runs stored in {summary.parent}"
     for folder in folders:
         for line in (Path(folder) / "provenance.jsonl").read_text().splitlines():
             value = json.loads(line).get("warmup")

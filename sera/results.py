@@ -196,6 +196,7 @@ def reproduction(stored: pd.DataFrame, new: pd.DataFrame, treatment: str = "sera
     """
     before = seed_gains(stored, treatment, control, by=(), ks=ks)
     after = seed_gains(new, treatment, control, by=(), ks=ks)
+    identical = _identical_seeds(stored, new, (treatment, control))  # the same at every K
     rows = []
     for k, part in after.groupby("k"):
         old = before[before["k"] == k]["gain"].to_numpy()
@@ -213,7 +214,7 @@ def reproduction(stored: pd.DataFrame, new: pd.DataFrame, treatment: str = "sera
                      "new_gain": float(gains.mean()), "new_per_seed": tuple(gains.tolist()),
                      "inside": inside, "same_sign": bool(same),
                      "reproduces": bool(same and inside == gains.size),
-                     "identical": _identical_seeds(stored, new, (treatment, control)),
+                     "identical": identical,
                      "seeds": int(gains.size)})
     return pd.DataFrame(rows)
 

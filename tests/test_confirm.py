@@ -51,7 +51,8 @@ def _tiny_point():
                          arms=(("maxrl", None), ("sera", None), ("sera", 0.3)))
 
 
-def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, monkeypatch):
+def _registered_tiny_point(tmp_path, monkeypatch):
+    """The tiny point registered, storing under tmp_path/study with a stand-in profile."""
     monkeypatch.setattr(confirm, "STUDY_DIR", tmp_path / "study")
     p = _tiny_point()
     monkeypatch.setitem(confirm.POINTS, "tiny", p)
@@ -59,6 +60,11 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
     profile.parent.mkdir(parents=True)
     profile.write_text("# stand-in\nprompt,p,samples\n" + "".join(
         f"{i},{v},32\n" for i, v in enumerate([0.0, 0.0, 0.1, 0.3, 0.5, 0.6, 0.9, 1.0])))
+    return p
+
+
+def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, monkeypatch):
+    p = _registered_tiny_point(tmp_path, monkeypatch)
     stored_after = []
     original = confirm.store
 
@@ -269,13 +275,7 @@ def test_verify_reruns_seeds_from_its_own_warm_up_and_reports_the_verdicts(tmp_p
                                                                            monkeypatch, capsys):
     """On the machine that trained the stored runs, verify's own warm-up and runs repeat them
     bit for bit, so every verdict holds; nothing new is stored."""
-    monkeypatch.setattr(confirm, "STUDY_DIR", tmp_path / "study")
-    p = _tiny_point()
-    monkeypatch.setitem(confirm.POINTS, "tiny", p)
-    profile = tmp_path / "study" / "tiny" / "profile.csv"
-    profile.parent.mkdir(parents=True)
-    profile.write_text("# stand-in\nprompt,p,samples\n" + "".join(
-        f"{i},{v},32\n" for i, v in enumerate([0.0, 0.0, 0.1, 0.3, 0.5, 0.6, 0.9, 1.0])))
+    p = _registered_tiny_point(tmp_path, monkeypatch)
     confirm.run(p, tmp_path / "runs", progress=False)
     before = {f.name: f.read_bytes() for f in (tmp_path / "study" / "tiny").iterdir()}
     with pytest.raises(ValueError, match="seeds must be >= 1"):

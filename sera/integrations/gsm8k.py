@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from sera.tasks import math as math_task
 
 
@@ -40,8 +42,6 @@ def verl_table(path, split: str, data_source: str = "openai/gsm8k"):
     with the ground truth, and `extra_info` with the row's own `index`, which SERA's verl
     plug-in keys its history by. GSM8K-Platinum's rows marked `cleaning_status == "rejected"`
     (questions its authors found ambiguous or flawed) are left out."""
-    import pandas as pd
-
     frame = math_task.load_file(Path(path))
     if "cleaning_status" in frame.columns:
         frame = frame[frame["cleaning_status"] != "rejected"].reset_index(drop=True)

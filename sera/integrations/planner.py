@@ -38,10 +38,10 @@ class Planner:
     Each planned prompt carries a key (its row, or a framework id such as verl's uid) until its
     outcomes are recorded; `record` ignores keys that were never planned (verl's padding rows).
 
-    The planner counts the batches it planned and keeps the last one's rows and counts in its
-    checkpoint, so that a framework resuming inside a batch it already recorded (TRL resuming
-    between the optimizer steps one generation serves) trains on it again with the same counts
-    (`replay`) instead of planning and recording it a second time.
+    The planner keeps the last batch's rows and counts in its checkpoint, so that a framework
+    resuming inside a batch it already recorded (TRL resuming between the optimizer steps one
+    generation serves) trains on it again with the same counts (`replay`) instead of planning
+    and recording it a second time.
     """
 
     def __init__(self, n_prompts: int, n0: int, allocator: AllocatorConfig | None = None,
@@ -59,7 +59,6 @@ class Planner:
         self.planned = 0  # prompts planned since the last fold
         self.pending: dict = {}  # key -> row, for planned prompts whose outcomes are not recorded
         self.last: Allocation | None = None
-        self.batches = 0  # batches planned since the start of training
         self.last_plan: dict | None = None  # the last batch: rows, counts, fallback (checkpointed)
 
     def plan(self, rows, keys=None) -> Allocation:
@@ -96,7 +95,6 @@ class Planner:
         self.pending.update(zip(keys, rows.tolist(), strict=True))
         self.planned += rows.size
         self.last = allocation
-        self.batches += 1
         self.last_plan = {"rows": rows.tolist(), "counts": allocation.counts.tolist(),
                           "fallback": bool(allocation.fallback)}
         return allocation
@@ -112,7 +110,7 @@ class Planner:
         rows = np.asarray(rows).reshape(-1).tolist()
         saved = None if self.last_plan is None else self.last_plan["rows"]
         if rows != saved:
-            raise ValueError(f"resuming inside batch {self.batches} expects its rows "
+            raise ValueError(f"resuming inside the last planned batch expects its rows "
                              f"{(saved or [])[:8]}... (saved in the checkpoint), got "
                              f"{rows[:8]}...; resume with the same data, seed and batch settings "
                              f"as the run that wrote the checkpoint")
@@ -169,7 +167,7 @@ class Planner:
                    for k, v in self.history.state_dict().items()}
         return {"history": history, "n_prompts": self.n_prompts, "n0": self.n0,
                 "planned": self.planned, "prompts_per_epoch": self.prompts_per_epoch,
-                "batches": self.batches, "last_plan": self.last_plan,
+                "last_plan": self.last_plan,
                 "allocator": as_dict(self.allocator)}
 
     def load_state_dict(self, state: dict) -> None:
@@ -190,8 +188,7 @@ class Planner:
                 + "; pass the saved AllocatorConfig to resume, or start a new history")
         self.history.load_state_dict(state["history"])
         self.planned = int(state["planned"])
-        self.batches = int(state.get("batches", 0))  # absent in files of earlier versions
-        self.last_plan = state.get("last_plan")
+        self.last_plan = state.get("last_plan")  # absent in files of earlier versions
         self.pending.clear()
 
     def save(self, folder) -> str:
