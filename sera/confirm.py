@@ -31,10 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sera.results import paired_gain, reproduction
+from sera.results import arm, paired_gain, reproduction, with_arm
 from sera.trainers import checkpoint, loop
 from sera.trainers import math as math_trainer
 from sera.trainers import maze as maze_trainer
+from sera.trainers.methods import METHODS
 from sera.trainers.sequence import SequenceConfig, warmup_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,6 @@ RUNS_DIR = ROOT / "build" / "runs" / "confirm"
 VERIFY_DIR = ROOT / "build" / "runs" / "verify"
 """Where `verify` trains: its own warm-up and runs, apart from the stored point's."""
 TABLES = ("metrics", "final", "allocations")
-SAFEGUARD = 0.3
 """u_min of the arm that runs SERA with the observability safeguard on."""
 SEED_SD = 0.05
 """Seed-to-seed standard deviation of a SERA - MaxRL Pass@1 difference, measured on six seeds
@@ -51,8 +51,10 @@ of the math `fast` preset; the power calculation's only measured input."""
 POWER = 2.5
 """A predicted gain counts as resolvable when it is POWER standard errors over the seeds."""
 MIN_SEEDS = 6
-MAIN_ARMS = (("maxrl", None), ("sera", None), ("sera", SAFEGUARD))
-"""The arms of the points that leave GRPO out: MaxRL, SERA and SERA with the safeguard."""
+MAIN_ARMS = (("maxrl", None), ("sera-rate", None), ("sera-rate-safeguard", None))
+"""The arms of the first points that leave GRPO out: MaxRL and the package's rate-rule SERA
+without and with its strong safeguard (every SERA arm stored before the paper's `sera` was
+separated from the package's variants)."""
 PROFILE_SAMPLES = 32
 """Rollouts per prompt behind each stored profile.csv."""
 BUILDERS = {"math": math_trainer.build, "maze": maze_trainer.build}
@@ -67,11 +69,15 @@ class Point:
     config: SequenceConfig
     seeds: int | None
     """None: as many as the power calculation on the prediction asks for (at least MIN_SEEDS)."""
-    arms: tuple[tuple[str, float | None], ...] = (("maxrl", None), ("sera", None),
-                                                  ("sera", SAFEGUARD), ("grpo", None))
+    arms: tuple[tuple[str, float | None], ...] = (("maxrl", None), ("sera-rate", None),
+                                                  ("sera-rate-safeguard", None), ("grpo", None))
+    """(method, u_min) per arm; u_min None: the method's own."""
+    treatment: str = "sera-rate"
+    """The arm compared with MaxRL for the seeds: the power calculation sizes it, and it runs
+    every seed (the other arms side_seeds)."""
     why: str = ""
     side_seeds: int | None = None
-    """Seeds of the arms other than maxrl and sera (None: the point's seeds), so that a
+    """Seeds of the arms other than maxrl and the treatment (None: the point's seeds), so that a
     power-calculated seed count for the main comparison does not multiply every arm."""
     k: int = 1
     """The K whose predicted gain the power calculation sizes the seeds for."""
@@ -88,7 +94,7 @@ class Point:
         out = []
         for seed in range(n_seeds(self)):
             for method, u_min in self.arms:
-                side = u_min is not None or method not in ("maxrl", "sera")
+                side = u_min is not None or method not in ("maxrl", self.treatment)
                 if side and self.side_seeds is not None and seed >= self.side_seeds:
                     continue
                 config = dataclasses.replace(
@@ -148,24 +154,14 @@ def n_seeds(p: Point) -> int:
         raise FileNotFoundError(f"{p.name} takes its seeds from its prediction: run "
                                 f"`python -m sera.confirm predict {p.name}` first")
     table = read_prediction(p.name)
-    return int(table[(table["arm"] == "sera") & (table["k"] == p.k)]["seeds_needed"].iloc[0])
+    rows = table[(table["arm"] == p.treatment) & (table["k"] == p.k)]
+    return int(rows["seeds_needed"].iloc[0])
 
 
 def point(name: str) -> Point:
     if name not in POINTS:
         raise KeyError(f"no confirmation point {name!r}; known: {', '.join(POINTS)}")
     return POINTS[name]
-
-
-def arm(table: pd.DataFrame) -> pd.Series:
-    """The arm of each row: the method, and "sera+safeguard" for SERA with u_min set."""
-    guarded = table["u_min"].notna() & (table["method"] == "sera")
-    return table["method"].where(~guarded, "sera+safeguard")
-
-
-def with_arm(table: pd.DataFrame) -> pd.DataFrame:
-    """table with its `arm` column (`arm`), added only where the table has none."""
-    return table if "arm" in table.columns else table.assign(arm=arm(table))
 
 
 # ----------------------------------------------------------------------------- prediction
@@ -229,17 +225,21 @@ def _arm_gains(p: Point, starts, lr: float) -> pd.DataFrame:
     ks = tuple(sorted({k for k in (1, 8, 32, 128) if k <= config.final_samples}
                       | {config.final_samples, p.k}))
     parts = []
-    for label, u_min in (("sera", None), ("sera+safeguard", SAFEGUARD)):
+    for method, u_min in p.arms:
+        if METHODS[method].allocator != "waterline":
+            continue
         base = SimulationConfig(batch_size=config.batch_size, eval_every=config.steps, lr=lr,
                                 ks=ks, allocator=dataclasses.replace(config.allocator,
                                                                      u_min=u_min))
-        gains = predicted_gain(regime_map_over(starts, [config.n0], config.steps, base=base))
+        table = regime_map_over(starts, [config.n0], config.steps, ("maxrl", method), base)
+        gains = predicted_gain(table, treatment=method)
         gains = gains[gains["step"] == config.steps]
+        label = method if u_min is None else f"{method} (u_min {u_min:g})"
         parts.append(gains[["k", "gain", "low", "high"]].assign(arm=label))
     return pd.concat(parts, ignore_index=True)
 
 
-def seed_sd(name: str, k: int, arm_name: str = "sera", store_dir=None) -> float:
+def seed_sd(name: str, k: int, arm_name: str = "sera-rate", store_dir=None) -> float:
     """Seed-to-seed standard deviation of the arm's gain over MaxRL at K in a point's stored
     runs (per-seed paired differences over the held-out prompts)."""
     row = compare(name, ks=(k,), store_dir=store_dir)
@@ -277,8 +277,8 @@ def calibrated_prediction(p: Point, repetitions: int = 24, runs_dir=RUNS_DIR) ->
     cal = calibration(p, runs_dir)
     draws = posterior_draws(profile(p, runs_dir), PROFILE_SAMPLES, repetitions)
     out = _arm_gains(p, draws, cal["lr"])
-    out["sd"] = [seed_sd(cal["on"], int(k), arm) for k, arm in zip(out["k"], out["arm"],
-                                                                    strict=True)]
+    out["sd"] = [seed_sd(cal["on"], int(k), _sd_arm(cal["on"], arm))
+                 for k, arm in zip(out["k"], out["arm"], strict=True)]
     out["seeds_needed"] = [seeds_needed(g, sd) for g, sd in zip(out["gain"], out["sd"],
                                                                  strict=True)]
     path = STUDY_DIR / p.name / "prediction.csv"
@@ -290,6 +290,13 @@ def calibrated_prediction(p: Point, repetitions: int = 24, runs_dir=RUNS_DIR) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + out.round(4).to_csv(index=False))
     return out
+
+
+def _sd_arm(on: str, arm_name: str) -> str:
+    """The calibration point's arm whose seed-to-seed SD stands in for arm_name's: the same
+    arm where it ran there, else the calibration point's treatment."""
+    stored_arms = set(arm(load(on).final))
+    return arm_name if arm_name in stored_arms else point(on).treatment
 
 
 def read_prediction(name: str) -> pd.DataFrame:

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from sera import confirm
-from sera.results import t_half_width
+from sera.results import arm, t_half_width, with_arm
 
 EDGES = (0.25, 0.75)
 """Upper edges of the warm-up difficulty bands after "never solved"; the last band is the rest."""
@@ -49,7 +49,7 @@ def difficulty_band(p_hat) -> pd.Categorical:
 
 
 def _with_rates(allocations: pd.DataFrame) -> pd.DataFrame:
-    table = confirm.with_arm(allocations[allocations["rollouts"] > 0]).copy()
+    table = with_arm(allocations[allocations["rollouts"] > 0]).copy()
     if table.empty:
         raise ValueError("the allocations table has no visit with rollouts")
     table["rate"] = table["successes"] / table["rollouts"]
@@ -148,14 +148,14 @@ def simulated_allocations(name: str, repetitions: int = 24, runs_dir=confirm.RUN
             run = dataclasses.replace(base, seed=seed + r)
             parts.append(simulate(draw, run).allocations)
     table = pd.concat(parts, ignore_index=True)
-    return table.assign(arm=confirm.arm(table))
+    return table.assign(arm=arm(table))
 
 
 def coverage(final: pd.DataFrame, control: str = "maxrl", confidence: float = 0.95) -> pd.DataFrame:
     """Per arm: the share of held-out prompts never solved in their final samples (`unsolved`)
     and of those solved at least half the time (`solid`), each arm minus `control` paired by
     seed with a Student-t interval."""
-    table = confirm.with_arm(final).copy()
+    table = with_arm(final).copy()
     table["unsolved"] = table["correct"] == 0
     table["solid"] = table["correct"] >= table["n"] / 2
     shares = table.groupby(["seed", "arm"])[["unsolved", "solid"]].mean()
@@ -183,7 +183,7 @@ def drift(metrics: pd.DataFrame, metric: str = "val_pass", k: int | None = 1,
         raise ValueError(f"no {metric!r} rows" + (f" at k = {k}" if k is not None else ""))
     if not 0 < window <= 0.5:
         raise ValueError("window must be a share of the steps in (0, 0.5]")
-    table = confirm.with_arm(table)
+    table = with_arm(table)
     rows = []
     for arm_name, part in table.groupby("arm"):
         first, last = part["step"].min(), part["step"].max()

@@ -21,19 +21,22 @@ class SuccessHistory:
     Outcomes recorded during an epoch wait in a pending buffer and are folded in by end_epoch(),
     so estimates stay frozen within an epoch. Two update rules:
 
-    - "rate" (the default): each epoch's success rate enters with a fixed weight,
+    - "counts" (the default, the paper's appendix C.1): s <- gamma s + successes,
+      f <- gamma f + failures.
+    - "rate" (the package's variant, `sera-rate`): each epoch's success rate enters with a fixed
+      weight,
       s <- gamma s + weight * rate, f <- gamma f + weight * (1 - rate). How many rollouts a prompt
       got does not change how much its epoch counts, so a prompt that SERA gives 2 rollouts an
-      epoch is not dominated by old epochs in which it got many.
-    - "counts" (the paper's appendix C.1): s <- gamma s + successes, f <- gamma f + failures.
+      epoch is not dominated by old epochs in which it got many; but an epoch of 2 rollouts
+      moves the estimate as much as one of 16, and an always-failing prompt rests at 1/34.
 
-    The defaults (rate, gamma 0.5, weight 16) are chosen in notebook 04's estimator study.
+    gamma 0.5 and the rate rule's weight 16 come from notebook 04's estimator study.
     A prompt becomes available once at least one of its outcomes has been folded in; the prior
     alone does not make it available.
     """
 
     def __init__(self, n_prompts: int, gamma: float = 0.5, alpha: float = 1.0, beta: float = 1.0,
-                 rule: str = "rate", weight: float = 16.0):
+                 rule: str = "counts", weight: float = 16.0):
         self.n_prompts = _checks.integer(n_prompts, "n_prompts", minimum=1)
         self.gamma = _checks.real(gamma, "gamma", 0.0, 1.0)
         self.alpha = _checks.real(alpha, "alpha", 0.0, np.inf, low_open=True)

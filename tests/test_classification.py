@@ -187,7 +187,7 @@ def test_help_shows_every_field_with_its_meaning_and_choices(capsys):
     text = " ".join(capsys.readouterr().out.split())
     for flag in ("--method {ce,maxrl,grpo,rloo,sera,sera-oracle,", "--allocator.rounding",
                  "--preset {fast,long,paper}", "--data {digits,cifar,imagefolder}",
-                 "SGD learning rate", "Observability safeguard"):
+                 "SGD learning rate", "Observability-guided selection"):
         assert flag in text, flag
     with pytest.raises(SystemExit):
         trainer.main(["--method", "ppo"])

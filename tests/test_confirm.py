@@ -28,8 +28,8 @@ def test_every_point_runs_paired_seeds_from_one_warm_up(tmp_path):
     assert len(configs) == 6 * len(p.arms)
     assert {c.warmup_dir for c in configs} == {str(tmp_path / "math-n0-4" / "warmup")}
     assert len({c.out for c in configs}) == len(configs)
-    guarded = [c for c in configs if c.allocator.u_min is not None]
-    assert {c.method for c in guarded} == {"sera"} and len(guarded) == 6
+    guarded = [c for c in configs if c.method == "sera-rate-safeguard"]
+    assert len(guarded) == 6
     assert all(c.final_samples == 128 for c in configs)
     with pytest.raises(KeyError, match="known"):
         confirm.point("nope")
@@ -48,7 +48,7 @@ def _tiny_point():
                                  max_new_tokens=12, eval_samples=2, val_k=(1, 2),
                                  final_samples=4, min_allocated_share=0.0, device="cpu")
     return confirm.Point("tiny", "maze", config, seeds=2,
-                         arms=(("maxrl", None), ("sera", None), ("sera", 0.3)))
+                         arms=(("maxrl", None), ("sera-rate", None), ("sera-rate-safeguard", None)))
 
 
 def _registered_tiny_point(tmp_path, monkeypatch):
@@ -83,7 +83,7 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
     study = tmp_path / "study" / "tiny"
     before = {f.name: f.read_bytes() for f in study.iterdir()}
     shutil.rmtree(tmp_path / "runs" / "tiny" / "maxrl_n0-4_token-mean_seed-1")
-    shutil.rmtree(tmp_path / "runs" / "tiny" / "sera_n0-4_token-mean_seed-0")
+    shutil.rmtree(tmp_path / "runs" / "tiny" / "sera-rate_n0-4_token-mean_seed-0")
     monkeypatch.setattr(confirm.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
     confirm.run(p, tmp_path / "runs", progress=False)
     assert stored_after[8:] == [6]
@@ -91,7 +91,7 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
     assert confirm.restore(p, tmp_path / "runs") == 0  # nothing left to restore
 
     results = confirm.load("tiny")
-    assert set(results.final["arm"]) == {"maxrl", "sera", "sera+safeguard"}
+    assert set(results.final["arm"]) == {"maxrl", "sera-rate", "sera-rate-safeguard"}
     assert set(results.final["seed"]) == {0, 1}
     summary = confirm.stored("tiny")
     assert summary["runs_stored"] == summary["runs_planned"] == 6
@@ -117,15 +117,15 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
     assert (tmp_path / "study" / "tiny" / "prediction.csv").read_text() == prediction
 
     table = confirm.compare("tiny", ks=(1, 4))
-    assert set(table["arm"]) == {"sera", "sera+safeguard"}
+    assert set(table["arm"]) == {"sera-rate", "sera-rate-safeguard"}
     assert (table["seeds"] == 2).all()
     assert table["low"].isna().all()  # two seeds: per-seed differences, no interval
     assert table["predicted"].notna().all()
-    row = table[(table["arm"] == "sera") & (table["k"] == 1)].iloc[0]
+    row = table[(table["arm"] == "sera-rate") & (table["k"] == 1)].iloc[0]
     final = results.final
     per_seed = []
     for seed in (0, 1):
-        a = final[(final["arm"] == "sera") & (final["seed"] == seed)].sort_values("prompt")
+        a = final[(final["arm"] == "sera-rate") & (final["seed"] == seed)].sort_values("prompt")
         b = final[(final["arm"] == "maxrl") & (final["seed"] == seed)].sort_values("prompt")
         per_seed.append(np.mean(a["correct"].to_numpy() / a["n"].to_numpy()
                                 - b["correct"].to_numpy() / b["n"].to_numpy()))
@@ -152,7 +152,7 @@ def test_stored_points_read_back_when_present():
 def test_side_arms_run_the_minimum_seeds_only(tmp_path, monkeypatch):
     p = dataclasses.replace(confirm.point("maze-n0-8-long"), seeds=9)
     configs = p.configs(tmp_path)
-    guarded = [c for c in configs if c.allocator.u_min is not None]
+    guarded = [c for c in configs if c.method == "sera-rate-safeguard"]
     assert len(configs) == 2 * 9 + confirm.MIN_SEEDS
     assert sorted(c.seed for c in guarded) == list(range(confirm.MIN_SEEDS))
 
@@ -165,7 +165,7 @@ def test_seed_sd_is_the_spread_of_the_per_seed_paired_gains():
     final = confirm.load("maze-n0-8").final
     per_seed = []
     for seed in sorted(set(final["seed"])):
-        a = final[(final["arm"] == "sera") & (final["seed"] == seed)].sort_values("prompt")
+        a = final[(final["arm"] == "sera-rate") & (final["seed"] == seed)].sort_values("prompt")
         b = final[(final["arm"] == "maxrl") & (final["seed"] == seed)].sort_values("prompt")
         per_seed.append(np.mean(pass_at_k(a["n"].to_numpy(), a["correct"].to_numpy(), 32)
                                 - pass_at_k(b["n"].to_numpy(), b["correct"].to_numpy(), 32)))
@@ -182,7 +182,7 @@ def test_a_calibrated_prediction_sizes_seeds_with_its_own_spread():
         assert row.seeds_needed == pytest.approx(confirm.seeds_needed(row.gain, row.sd),
                                                  rel=0.03, abs=1)
     p = confirm.point("maze-n0-8-long")
-    assert confirm.n_seeds(p) == table[(table["arm"] == "sera")
+    assert confirm.n_seeds(p) == table[(table["arm"] == "sera-rate")
                                        & (table["k"] == p.k)]["seeds_needed"].iloc[0]
 
 
@@ -281,7 +281,7 @@ def test_verify_reruns_seeds_from_its_own_warm_up_and_reports_the_verdicts(tmp_p
     with pytest.raises(ValueError, match="seeds must be >= 1"):
         confirm.verify(p, seeds=0, runs_dir=tmp_path / "verify")
     table = confirm.verify(p, seeds=1, runs_dir=tmp_path / "verify", ks=(1, 4), progress=False)
-    assert set(table["arm"]) == {"sera", "sera+safeguard"} and set(table["k"]) == {1, 4}
+    assert set(table["arm"]) == {"sera-rate", "sera-rate-safeguard"} and set(table["k"]) == {1, 4}
     assert (table["seeds"] == 1).all() and (table["identical"] == 1).all()
     assert table["reproduces"].all()
     assert (table["warmup"] == table["stored_warmup"]).all()
@@ -289,3 +289,28 @@ def test_verify_reruns_seeds_from_its_own_warm_up_and_reports_the_verdicts(tmp_p
     assert {f.name: f.read_bytes() for f in (tmp_path / "study" / "tiny").iterdir()} == before
     confirm.print_verification("tiny", table)
     assert "4 of 4 stored conclusions reproduce" in capsys.readouterr().out
+
+
+def test_every_stored_sera_run_is_labelled_by_the_variant_it_ran():
+    # The stored points and sweeps ran the rate rule; none may pass for the paper's `sera`.
+    from sera.trainers.config import AllocatorConfig
+    from sera.trainers.methods import METHODS
+
+    checked = 0
+    for folder in sorted(confirm.STUDY_DIR.iterdir()):
+        if not (folder / "provenance.json").exists():
+            continue
+        for record in json.loads((folder / "provenance.json").read_text())["runs"]:
+            config = record["config"]
+            method = METHODS[config["method"]]
+            if method.allocator != "waterline":
+                continue
+            ran = AllocatorConfig(**{k: v for k, v in config["allocator"].items()
+                                     if k != "history_prior"}).for_method(method)
+            assert ran.history_rule == method.history_rule, record["run"]
+            assert (ran.u_min or None) == method.u_min, record["run"]
+            assert record["run"].split("/")[-1].startswith(config["method"] + "_")
+            checked += 1
+        final = pd.read_csv(folder / "final.csv.gz")
+        assert "sera" not in set(final["method"])  # every stored SERA row names its variant
+    assert checked > 100

@@ -28,13 +28,13 @@ def test_bands_follow_their_edges():
 
 def test_training_curves_count_visits_and_rollouts_in_mixed_groups():
     table = pd.DataFrame([visit("maxrl", 0, 0, 0, 4, 0), visit("maxrl", 0, 0, 1, 4, 2),
-                          visit("sera", 0, 0, 0, 6, 1), visit("sera", 0, 0, 1, 2, 2),
-                          visit("sera", 0, 0, 2, 0, 0)])  # a visit given no rollouts is left out
+                          visit("sera-rate", 0, 0, 0, 6, 1), visit("sera-rate", 0, 0, 1, 2, 2),
+                          visit("sera-rate", 0, 0, 2, 0, 0)])  # a visit given no rollouts is left out
     curves = diagnosis.training_curves(table).set_index("arm")
     assert curves.loc["maxrl", "success"] == pytest.approx((0 + 0.5) / 2)
     assert curves.loc["maxrl", "signal"] == pytest.approx(4 / 8)
-    assert curves.loc["sera", "success"] == pytest.approx((1 / 6 + 1) / 2)
-    assert curves.loc["sera", "signal"] == pytest.approx(6 / 8)
+    assert curves.loc["sera-rate", "success"] == pytest.approx((1 / 6 + 1) / 2)
+    assert curves.loc["sera-rate", "signal"] == pytest.approx(6 / 8)
 
 
 def test_band_gains_pair_seeds_with_the_t_interval():
@@ -45,8 +45,8 @@ def test_band_gains_pair_seeds_with_the_t_interval():
         for prompt in range(3):
             a, b = rng.integers(0, 9, size=2)
             rows += [visit("maxrl", seed, 1, prompt, 8, a),
-                     visit("sera", seed, 1, prompt, 8, b),
-                     visit("sera", seed, 0, prompt, 8, 8)]  # another epoch: left out
+                     visit("sera-rate", seed, 1, prompt, 8, b),
+                     visit("sera-rate", seed, 0, prompt, 8, 8)]  # another epoch: left out
             diffs[prompt].append((b - a) / 8)
     out = diagnosis.band_gains(pd.DataFrame(rows), profile)
     assert list(out["band"].astype(str)) == ["never solved", "(0, 0.25]", "(0.25, 0.75]"]
@@ -57,7 +57,7 @@ def test_band_gains_pair_seeds_with_the_t_interval():
         assert row.seeds == 7 and row.prompts == pytest.approx(1 / 3) and row.epoch == 1
         assert row.budget == pytest.approx(1 / 3)  # 8 rollouts on each of the three prompts
         mixed = [0 < r["successes"] < 8 for r in rows
-                 if r["method"] == "sera" and r["epoch"] == 1 and r["prompt"] == prompt]
+                 if r["method"] == "sera-rate" and r["epoch"] == 1 and r["prompt"] == prompt]
         assert row.signal == pytest.approx(np.mean(mixed))
     everything = diagnosis.band_gains(pd.DataFrame(rows)).iloc[0]
     d = np.mean([diffs[prompt] for prompt in range(3)], axis=0)
@@ -69,16 +69,16 @@ def test_band_gains_pair_seeds_with_the_t_interval():
 
 
 def test_coverage_counts_unsolved_and_solid_prompts():
-    final = pd.DataFrame({"method": ["maxrl"] * 4 + ["sera"] * 4, "u_min": np.nan,
+    final = pd.DataFrame({"method": ["maxrl"] * 4 + ["sera-rate"] * 4, "u_min": np.nan,
                           "seed": [0, 0, 1, 1] * 2, "prompt": [0, 1] * 4, "n": 8,
                           "correct": [0, 8, 0, 3, 1, 8, 4, 0]})
     out = diagnosis.coverage(final).set_index(["share", "arm"])
     # per seed, unsolved: maxrl 1/2 and 1/2, sera 0 and 1/2; solid: maxrl 1/2 and 0, sera 1/2
     # and 1/2 (4 of 8 counts as solid)
     assert out.loc[("unsolved", "maxrl"), "level"] == pytest.approx(0.5)
-    assert out.loc[("unsolved", "sera"), "level"] == pytest.approx(0.25)
-    assert out.loc[("unsolved", "sera"), "gain"] == pytest.approx(-0.25)
-    assert out.loc[("solid", "sera"), "gain"] == pytest.approx(0.25)
+    assert out.loc[("unsolved", "sera-rate"), "level"] == pytest.approx(0.25)
+    assert out.loc[("unsolved", "sera-rate"), "gain"] == pytest.approx(-0.25)
+    assert out.loc[("solid", "sera-rate"), "gain"] == pytest.approx(0.25)
 
 
 def test_the_stored_long_maze_runs_start_each_seed_alike():
@@ -86,11 +86,11 @@ def test_the_stored_long_maze_runs_start_each_seed_alike():
     # must give SERA and MaxRL the same rollouts there, to the last success.
     allocations = confirm.load("maze-n0-8-long").allocations
     first = allocations[allocations["epoch"] == 0]
-    both = set(first[first["arm"] == "maxrl"]["seed"]) & set(first[first["arm"] == "sera"]["seed"])
+    both = set(first[first["arm"] == "maxrl"]["seed"]) & set(first[first["arm"] == "sera-rate"]["seed"])
     first = first[first["seed"].isin(both)]  # a seed whose SERA run has not landed yet is left out
     keys = ["seed", "step", "prompt"]
     a = first[first["arm"] == "maxrl"].set_index(keys).sort_index()
-    b = first[first["arm"] == "sera"].set_index(keys).sort_index()
+    b = first[first["arm"] == "sera-rate"].set_index(keys).sort_index()
     assert len(a) > 0 and a.index.equals(b.index)
     assert (a["successes"] == b["successes"]).all() and (b["rollouts"] == 8).all()
 
@@ -99,7 +99,7 @@ def test_simulated_allocations_play_every_arm_from_the_calibrated_prediction():
     with pytest.raises(ValueError, match="calibrated"):
         diagnosis.simulated_allocations("maze-n0-8")
     table = diagnosis.simulated_allocations("maze-n0-8-long", repetitions=1)
-    assert set(table["arm"]) == {"maxrl", "sera", "sera+safeguard"}
+    assert set(table["arm"]) == {"maxrl", "sera-rate", "sera-rate-safeguard"}
     point = confirm.point("maze-n0-8-long").config
     for _, run in table.groupby("arm"):
         assert run["rollouts"].sum() == point.steps * point.batch_size * point.n0
@@ -112,7 +112,7 @@ def test_the_readme_quotes_the_stored_long_maze_verdict():
     quotes = {32: "at Pass@32 by {} points ({} to {})", 128: "at Pass@128 by {} ({} to {})",
               8: "level at Pass@8 ({}, {} to {})", 1: "behind at Pass@1 by {} ({} to {})"}
     for k, words in quotes.items():
-        row = table.loc[("sera", k)]
+        row = table.loc[("sera-rate", k)]
         gain, low, high = (100 * row[c] for c in ("measured", "low", "high"))
         signed = [f"{v:+.1f}" for v in (gain, low, high)]
         if k == 1:
@@ -125,29 +125,29 @@ def test_the_readme_quotes_the_stored_long_maze_verdict():
 def test_the_readme_quotes_the_stored_long_math_runs():
     text = " ".join((confirm.ROOT / "README.md").read_text().split())
     table = confirm.compare("math-n0-4-long").set_index(["arm", "k"])
-    seeds = int(table.loc[("sera", 1), "seeds"])
+    seeds = int(table.loc[("sera-rate", 1), "seeds"])
     assert f"{seeds} of those seeds contradict it" in text
     for k, words in {1: "behind at Pass@1 by {} points ({} to {})",
                      8: "behind at Pass@8 by {} ({} to {})"}.items():
-        row = table.loc[("sera", k)]
+        row = table.loc[("sera-rate", k)]
         gain, low, high = (100 * row[c] for c in ("measured", "low", "high"))
         quoted = words.format(f"{-gain:.1f}", f"{low:+.1f}", f"{high:+.1f}")
         assert quoted in text, quoted
         assert row["high"] < 0  # "behind"
     held = diagnosis.drift(confirm.load("math-n0-4-long").metrics).set_index("arm")
-    assert held.loc["sera", "below"] > 0.5  # "below the warm-up in most seeds"
+    assert held.loc["sera-rate", "below"] > 0.5  # "below the warm-up in most seeds"
 
 
 def test_drift_compares_each_run_with_its_own_start():
     rows = []
     for seed, (start, end) in enumerate([(0.20, 0.10), (0.20, 0.25), (0.30, 0.12)]):
         for step, value in ((0, start), (50, 0.9), (100, end)):  # 0.9: neither end's window
-            rows.append({"method": "sera", "seed": seed, "step": step, "metric": "val_pass",
+            rows.append({"method": "sera-rate", "seed": seed, "step": step, "metric": "val_pass",
                          "k": 1, "value": value, "u_min": np.nan, **KEYS})
-            rows.append({"method": "sera", "seed": seed, "step": step, "metric": "val_pass",
+            rows.append({"method": "sera-rate", "seed": seed, "step": step, "metric": "val_pass",
                          "k": 8, "value": 1.0, "u_min": np.nan, **KEYS})
     table = pd.DataFrame(rows)
-    got = diagnosis.drift(table).set_index("arm").loc["sera"]
+    got = diagnosis.drift(table).set_index("arm").loc["sera-rate"]
     changes = np.array([-0.10, 0.05, -0.18])
     half = stats.t.ppf(0.975, 2) * changes.std(ddof=1) / np.sqrt(3)
     assert got["start"] == pytest.approx(0.70 / 3) and got["end"] == pytest.approx(0.47 / 3)

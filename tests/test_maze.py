@@ -234,9 +234,7 @@ def test_command_line(tmp_path):
 
 
 def test_the_safeguard_leaves_mazes_out_and_the_run_goes_on(tmp_path):
-    config = _tiny(tmp_path, method="sera", steps=8)
-    config = dataclasses.replace(config, allocator=dataclasses.replace(config.allocator,
-                                                                       u_min=0.3))
+    config = _tiny(tmp_path, method="sera-rate-safeguard", steps=8)  # u_min 0.3
     allocations = sequence.train(config, maze_trainer.build).allocations
     dropped = allocations[allocations["rollouts"] == 0]
     assert len(dropped) > 0 and set(dropped["step"]) <= set(range(4, 8))  # after epoch 0

@@ -113,3 +113,47 @@ def test_the_math_core_imports_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_sera_is_the_papers_method_and_its_variants_carry_their_own_names():
+    from sera.trainers.methods import SAFEGUARD, U_MIN
+
+    resolved = {name: AllocatorConfig().for_method(METHODS[name])
+                for name in ("sera", "sera-rate", "sera-rate-safeguard", "maxrl")}
+    assert (resolved["sera"].history_rule, resolved["sera"].u_min) == ("counts", U_MIN)
+    assert (resolved["sera-rate"].history_rule, resolved["sera-rate"].u_min) == ("rate", 0.0)
+    assert resolved["sera-rate-safeguard"].u_min == SAFEGUARD == 0.3
+    assert resolved["maxrl"].history_rule == "counts"
+    # a config that sets a value overrides the method's; 0 turns the selection off
+    off = AllocatorConfig(u_min=0.0, history_rule="rate").for_method(METHODS["sera"])
+    assert (off.history_rule, off.u_min) == ("rate", 0.0)
+    assert off.for_method(METHODS["sera"]) == off  # resolving twice changes nothing
+    # the paper's selection is on in the plan, and off once overridden with 0
+    p = np.array([1e-4, 0.02, 0.3, 0.5, 0.9, 0.999])
+    ids = np.arange(p.size)
+    plan_own = plan(METHODS["sera"], AllocatorConfig(), 4, ids, p)
+    plan_off = plan(METHODS["sera"], AllocatorConfig(u_min=0.0), 4, ids, p)
+    expected = sera.allocate(p, 24, n_min=2, n_max=32, n0=4, u_min=U_MIN)
+    np.testing.assert_array_equal(plan_own.counts, expected.counts)
+    np.testing.assert_array_equal(plan_off.counts, sera.allocate(p, 24, 2, 32, n0=4).counts)
+    assert (plan_own.counts != plan_off.counts).any()  # here the threshold binds
+    with pytest.raises(ValueError, match="u_min must lie in"):
+        AllocatorConfig(u_min=1.0)
+
+
+def test_run_keys_and_labels_record_the_threshold_that_ran():
+    import pandas as pd
+
+    from sera.results import arm
+    from sera.trainers.loop import run_label
+
+    rows = pd.DataFrame([RunConfig(method=m, allocator=a).keys() for m, a in (
+        ("sera", AllocatorConfig()), ("sera-rate", AllocatorConfig()),
+        ("sera-rate-safeguard", AllocatorConfig()), ("sera", AllocatorConfig(u_min=0.0)),
+        ("sera", AllocatorConfig(u_min=0.5)), ("maxrl", AllocatorConfig()))])
+    assert rows["u_min"].fillna(-1).tolist() == [0.05, -1, 0.3, -1, 0.5, -1]  # -1: none
+    assert arm(rows).tolist() == ["sera", "sera-rate", "sera-rate-safeguard", "sera (u_min 0)",
+                                  "sera (u_min 0.5)", "maxrl"]
+    assert run_label(RunConfig(method="sera")) == "sera_n0-16_response-mean_seed-0"
+    assert run_label(RunConfig(method="sera", allocator=AllocatorConfig(u_min=0.0))) == \
+        "sera_umin-0_n0-16_response-mean_seed-0"

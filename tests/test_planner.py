@@ -9,6 +9,7 @@ import pytest
 import sera
 from sera.integrations.planner import HISTORY_FILE, Planner
 from sera.trainers.config import AllocatorConfig
+from sera.trainers.methods import U_MIN
 
 
 def _run(planner: Planner, steps: int, batch: int, rng, p, keyed: bool):
@@ -28,7 +29,8 @@ def _run(planner: Planner, steps: int, batch: int, rng, p, keyed: bool):
         p_hat, ready = reference.estimate(rows)
         if ready.all():
             expected = sera.allocate(p_hat, batch * planner.n0, n_min=planner.allocator.n_min,
-                                     n_max=planner.allocator.n_max_for(planner.n0), n0=planner.n0)
+                                     n_max=planner.allocator.n_max_for(planner.n0), n0=planner.n0,
+                                     u_min=U_MIN)
             np.testing.assert_array_equal(allocation.counts, expected.counts)
             np.testing.assert_allclose(allocation.weights, expected.weights)
         else:

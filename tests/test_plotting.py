@@ -96,7 +96,7 @@ def study_tables():
     import pandas as pd
 
     rows, final = [], []
-    for method, u_min in (("ce", None), ("maxrl", None), ("sera-oracle", None), ("sera", None),
+    for method, u_min in (("ce", None), ("maxrl", None), ("sera-oracle", 0.05), ("sera", 0.05),
                           ("sera", 0.5)):
         for seed in (0, 1):
             keys = {"method": method, "seed": seed, "n0": 4, "agg": "response-mean",
@@ -284,24 +284,26 @@ def test_the_tilt_arrows_differ_in_hue_and_the_axes_are_labelled():
 def test_the_sera_variants_are_told_apart():
     from sera.plotting.study import _style
 
-    arms = [_style("sera"), _style("sera-oracle"), _style("sera (u_min 0.5)")]
-    assert len({(a["color"], a["ls"]) for a in arms}) == 3
-    assert len({a["color"] for a in arms}) == 3 and len({a["ls"] for a in arms}) == 3
+    named = ["sera", "sera-oracle", "sera-rate", "sera-rate-safeguard"]
+    arms = [_style(name) for name in named] + [_style("sera (u_min 0.5)")]
+    assert len({(a["color"], a["ls"]) for a in arms}) == 5
+    assert len({_style(name)["color"] for name in named}) == 4  # every named SERA its colour
+    assert len({_style(name)["ls"] for name in named}) == 4
 
 
 def test_confirmation_figure_has_one_panel_per_arm_and_every_seed():
     import pandas as pd
 
     rows = []
-    for arm in ("sera", "sera+safeguard"):
+    for arm in ("sera-rate", "sera-rate-safeguard"):
         for k in (1, 8):
             rows.append({"arm": arm, "k": k, "predicted": 0.01, "predicted_low": 0.0,
                          "predicted_high": 0.02, "measured": 0.02, "low": -0.01, "high": 0.05,
                          "seeds": 3, "per_seed": (0.0, 0.02, 0.04)})
     fig = splot.plot_confirmation(pd.DataFrame(rows), title="t")
     panels = [ax for ax in fig.axes if ax.get_title()]
-    assert [ax.get_title() for ax in panels] == ["sera - maxrl (3 seeds)",
-                                                 "sera+safeguard - maxrl (3 seeds)"]
+    assert [ax.get_title() for ax in panels] == ["sera-rate - maxrl (3 seeds)",
+                                                 "sera-rate-safeguard - maxrl (3 seeds)"]
     seed_dots = [c for c in panels[0].collections if c.get_offsets().shape[0] == 3]
     assert len(seed_dots) == 2  # one hollow dot per seed at each K
     empty = splot.plot_confirmation(pd.DataFrame(columns=["arm"]))
@@ -315,13 +317,13 @@ def test_departure_figure_draws_each_source_and_band():
 
     rows = []
     for source in ("measured", "simulated"):
-        for arm in ("maxrl", "sera"):
+        for arm in ("maxrl", "sera-rate"):
             for seed in range(3):
                 for epoch in range(2):
                     for prompt, successes in enumerate((0, 2, 4)):
                         rows.append({"method": arm, "u_min": float("nan"), "seed": seed,
                                      "epoch": epoch, "prompt": prompt, "rollouts": 4,
-                                     "successes": (successes + seed + (arm == "sera")) % 5,
+                                     "successes": (successes + seed + (arm == "sera-rate")) % 5,
                                      "source": source})
     table = pd.DataFrame(rows)
     parts = [(diagnosis.training_curves(t).assign(source=s),
@@ -340,19 +342,19 @@ def test_drift_figure_draws_every_seed_and_each_arms_mean():
     import pandas as pd
 
     rows = []
-    for arm in ("maxrl", "sera"):
+    for arm in ("maxrl", "sera-rate"):
         for seed in range(3):
             for step in range(0, 101):
                 rows.append({"method": arm, "estimates": "none", "allocator": "uniform",
                              "n0": 4, "agg": "token-mean", "u_min": float("nan"), "seed": seed,
                              "step": step, "metric": "response_length", "k": float("nan"),
-                             "value": 40.0 - (arm == "sera") * step / 10})
+                             "value": 40.0 - (arm == "sera-rate") * step / 10})
                 if step % 50 == 0:
                     rows.append({**rows[-1], "metric": "val_pass", "k": 1.0, "value": 0.2})
     fig = splot.plot_drift(pd.DataFrame(rows), title="t")
     assert len(fig.axes[0].lines) == len(fig.axes[1].lines) == 2 * (3 + 1)
     mean_sera = fig.axes[1].lines[-1]
-    assert mean_sera.get_label() == "sera (3 seeds)"
+    assert mean_sera.get_label() == "sera-rate (3 seeds)"
     assert mean_sera.get_ydata()[-1] == pytest.approx(40 - (81 + 100) / 2 / 10)  # last 20 steps
     assert "Pass@1" in fig.axes[0].get_ylabel()
     missing = splot.plot_drift(pd.DataFrame(rows), panels=(("token_entropy", None),))

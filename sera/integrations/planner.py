@@ -29,11 +29,15 @@ class Planner:
     n0 : int
         Rollouts per prompt under uniform allocation: a batch of B prompts gets B * n0 rollouts.
     allocator : AllocatorConfig
-        Bounds, rounding, safeguard and the history's update rule (sera's trainers' config).
+        Bounds, rounding, safeguard and the history's update rule (sera's trainers' config);
+        what it leaves to the method (u_min, history_rule: None) comes from `method`.
     prompts_per_epoch : int or None
         Prompts the data loader yields per epoch (batches per epoch x batch size: verl and TRL
         both drop the last partial batch). The history folds once that many prompts have been
         planned and recorded. None: the caller calls `end_epoch()` itself.
+    method : str
+        `sera` (the paper's SERA, the default) or a variant such as `sera-rate`
+        (sera.trainers.methods.METHODS).
 
     Each planned prompt carries a key (its row, or a framework id such as verl's uid) until its
     outcomes are recorded; `record` ignores keys that were never planned (verl's padding rows).
@@ -45,8 +49,15 @@ class Planner:
     """
 
     def __init__(self, n_prompts: int, n0: int, allocator: AllocatorConfig | None = None,
-                 prompts_per_epoch: int | None = None):
-        self.allocator = allocator or AllocatorConfig()
+                 prompts_per_epoch: int | None = None, method: str = "sera"):
+        if method not in methods.METHODS or methods.METHODS[method].allocator != "waterline" \
+                or methods.METHODS[method].estimates != "history":
+            waterline = [name for name, m in methods.METHODS.items()
+                         if m.allocator == "waterline" and m.estimates == "history"]
+            raise ValueError(f"method must be one of {waterline} (SERA from historical "
+                             f"estimates), got {method!r}")
+        self.method = methods.METHODS[method]
+        self.allocator = (allocator or AllocatorConfig()).for_method(self.method)
         self.history = self.allocator.history(n_prompts)
         self.n_prompts = self.history.n_prompts
         if isinstance(n0, bool) or not isinstance(n0, (int, np.integer)) or n0 < 1:
@@ -89,9 +100,8 @@ class Planner:
                              f"recorded; {twice[0]!r} was planned twice (record a batch's "
                              f"outcomes before planning its prompts again)")
         self._fold_if_epoch_done()
-        sera = methods.METHODS["sera"]
-        allocation = methods.plan(sera, self.allocator, self.n0, rows,
-                                  *methods.estimate(sera, self.history, rows))
+        allocation = methods.plan(self.method, self.allocator, self.n0, rows,
+                                  *methods.estimate(self.method, self.history, rows))
         self.pending.update(zip(keys, rows.tolist(), strict=True))
         self.planned += rows.size
         self.last = allocation

@@ -143,7 +143,7 @@ def plot_confirmation(table: pd.DataFrame, title: str = ""):
 
 def _confirmation_panel(ax, rows: pd.DataFrame, arm_name: str) -> None:
     k = rows["k"].to_numpy(dtype=float)
-    color = "#67000d" if arm_name == "sera+safeguard" else line(arm_name)["color"]
+    color = _arm_color(arm_name)
     ax.errorbar(k * 0.9, rows["predicted"], yerr=[rows["predicted"] - rows["predicted_low"],
                                                   rows["predicted_high"] - rows["predicted"]],
                 fmt="D", color="0.5", ms=4, lw=1.2, label="predicted (simulator)")
@@ -166,7 +166,8 @@ SOURCES = {"measured": {"ls": "-", "marker": "o"}, "simulated": {"ls": "--", "ma
 
 
 def _arm_color(arm_name: str) -> str:
-    return "#67000d" if arm_name == "sera+safeguard" else line(arm_name)["color"]
+    """The arm's method colour (an arm is a method, or a method with another u_min)."""
+    return line(arm_name.split(" ")[0])["color"]
 
 
 @styled

@@ -10,27 +10,21 @@ import numpy as np
 import pandas as pd
 
 from sera.plotting.style import STYLES, line, method_style, new_figure, styled
+from sera.results import arm
 
 
 def with_arms(table: pd.DataFrame) -> pd.DataFrame:
-    """The table with an `arm` column (method, plus the safeguard threshold when set)."""
+    """The table with an `arm` column: the method, plus the threshold where a run's u_min is not
+    its method's own (sera.results.arm)."""
     if "u_min" not in table.columns:
         return table.assign(arm=table["method"])
-    u_min = table["u_min"]
-    labels = table["method"].where(u_min.isna(), table["method"] + " (u_min " +
-                                   u_min.astype(str) + ")")
-    return table.assign(arm=labels)
-
-
-SAFEGUARD_DARKER = {"#d62728": "#67000d"}  # sera with the safeguard: dark red, not sera's red
+    return table.assign(arm=arm(table))
 
 
 def _style(arm_name: str) -> dict:
-    """The method's line; a safeguard threshold (u_min) is drawn dotted (and darker for sera)."""
+    """The method's line; a threshold other than the method's own (u_min) is drawn dotted."""
     style = line(arm_name.split(" ")[0])
-    if "u_min" not in arm_name:
-        return style
-    return {**style, "ls": ":", "color": SAFEGUARD_DARKER.get(style["color"], style["color"])}
+    return style if "u_min" not in arm_name else {**style, "ls": ":"}
 
 
 def _band(ax, table: pd.DataFrame, arm_name: str, smooth: int = 1):

@@ -289,9 +289,10 @@ def estimator_study(base: ClassificationConfig, settings: dict, seeds, runs_dir,
         config = dataclasses.replace(base, method="sera", allocator=allocator)
         results = run_grid(config, ["sera"], [base.n0], seeds, Path(runs_dir) / name, rerun,
                            progress)
+        rule = allocator.for_method(METHODS["sera"]).history_rule
         parts.append(summarize_runs(results.metrics).assign(
-            estimator=name, rule=allocator.history_rule, gamma=allocator.history_gamma,
-            weight=allocator.history_weight if allocator.history_rule == "rate" else np.nan))
+            estimator=name, rule=rule, gamma=allocator.history_gamma,
+            weight=allocator.history_weight if rule == "rate" else np.nan))
     return pd.concat(parts, ignore_index=True)
 
 

@@ -28,9 +28,12 @@ class AllocatorConfig:
     rounding: Literal["paper", "exact"] = "paper"
     """Integerization of the waterline: the paper's rule or the exact integer max-min."""
     u_min: float | None = None
-    """Observability safeguard: keep the largest prefix with U(p, N_q) >= u_min; None is off."""
-    history_rule: Literal["rate", "counts"] = "rate"
-    """How an epoch's outcomes enter the historical estimate (see sera.SuccessHistory)."""
+    """Observability-guided selection: keep the largest prefix with U(p, N_q) >= u_min. None: the
+    method's own (`sera`: the paper's selection at sera.trainers.methods.U_MIN; `sera-rate`:
+    off); 0 turns it off."""
+    history_rule: Literal["rate", "counts"] | None = None
+    """How an epoch's outcomes enter the historical estimate (see sera.SuccessHistory). None:
+    the method's own (`sera`: counts, the paper's; `sera-rate`: rate)."""
     history_gamma: float = 0.5
     """Discount per epoch of the historical evidence."""
     history_weight: float = 16.0
@@ -45,15 +48,26 @@ class AllocatorConfig:
             raise ValueError(f"n_max must be >= n_min = {self.n_min}, got {self.n_max}")
         if self.n_max_factor < 1:
             raise ValueError(f"n_max_factor must be >= 1, got {self.n_max_factor}")
+        if self.u_min is not None and not 0 <= self.u_min < 1:
+            raise ValueError(f"u_min must lie in [0, 1), got {self.u_min}")
+
+    def for_method(self, method) -> AllocatorConfig:
+        """This config with the method's own history rule and u_min where it leaves them to the
+        method (None); u_min 0 after this call means the selection is off."""
+        rule = self.history_rule or method.history_rule
+        u_min = self.u_min if self.u_min is not None else (method.u_min or 0.0)
+        return dataclasses.replace(self, history_rule=rule, u_min=u_min)
 
     def n_max_for(self, n0: int) -> int:
         """n_max resolved for a budget of n0 rollouts per prompt."""
         return self.n_max if self.n_max is not None else self.n_max_factor * n0
 
     def history(self, n_prompts: int) -> SuccessHistory:
+        """The estimates' store, under this config's rule (resolve it with `for_method` first;
+        unresolved, the paper's counts rule)."""
         alpha, beta = self.history_prior
         return SuccessHistory(n_prompts, gamma=self.history_gamma, alpha=alpha, beta=beta,
-                              rule=self.history_rule, weight=self.history_weight)
+                              rule=self.history_rule or "counts", weight=self.history_weight)
 
 
 @dataclass(frozen=True)
@@ -105,7 +119,8 @@ class RunConfig:
         values = {"method": self.method, "estimates": method.estimates,
                   "allocator": method.allocator, "seed": self.seed, "n0": self.n0,
                   "agg": self.aggregation,
-                  "u_min": self.allocator.u_min if method.allocator == "waterline" else None}
+                  "u_min": (self.allocator.for_method(method).u_min or None)
+                  if method.allocator == "waterline" else None}
         return {name: values[name] for name in RUN_KEYS}
 
     @property

@@ -90,7 +90,7 @@ class Run:
     def __init__(self, study: Study):
         self.study, self.config = study, study.config
         self.method = METHODS[self.config.method]
-        self.history = self.config.allocator.history(study.n_prompts)
+        self.history = self.config.allocator.for_method(self.method).history(study.n_prompts)
         self.step = self.epoch = self.position = 0
         self.finished = False
         self.rows: list[tuple] = []  # (step, metric, k, value)
@@ -176,7 +176,7 @@ class Run:
         allocated = allocation.allocated
         if self.method.allocator == "waterline":
             self.log("allocated", float(allocated))
-            if self.config.allocator.u_min is not None and allocated:
+            if self.config.allocator.for_method(self.method).u_min and allocated:
                 self.log("safeguard_fallback", float(allocation.fallback))
         exact = outcome.exact if outcome.exact is not None else np.full(ids.size, np.nan)
         self.allocations.extend(
@@ -406,6 +406,6 @@ def run_label(config: RunConfig) -> str:
     """A folder name from the run's keys (the tables carry the keys; nothing parses this)."""
     keys = config.keys()
     parts = [keys["method"], f"n0-{keys['n0']}", keys["agg"], f"seed-{keys['seed']}"]
-    if keys["u_min"] is not None:
-        parts.insert(1, f"umin-{keys['u_min']}")
+    if keys["u_min"] != METHODS[config.method].u_min:  # a threshold other than the method's own
+        parts.insert(1, f"umin-{keys['u_min'] or 0}")
     return "_".join(str(p) for p in parts)

@@ -2,8 +2,13 @@
 
 A method is one entry of METHODS; every trainer plans its batches through `plan` and scores
 responses through the entry's advantage function, so adding a method is adding an entry. A name
-means the same thing in every trainer: `sera` allocates from historical estimates everywhere,
-`sera-oracle` from the exact success probabilities where a task knows them. The rules SERA is
+means the same thing in every trainer. `sera` is the paper's method: the waterline on historical
+estimates that count each epoch's successes and failures (appendix C.1), the observability-guided
+selection on (C.3, at U_MIN) and the weights n0 / N_q; `sera-oracle` the same from the exact
+success probabilities where a task knows them. The package's own variants carry their own names:
+`sera-rate` plans from the rate rule (each epoch's success rate counted as 16 trials) with the
+selection off, as every SERA run stored before the paper's method was separated from it did, and
+`sera-rate-safeguard` adds a strong selection (u_min 0.3). The rules SERA is
 compared with (shared/ALLOCATORS.md) come with their own estimator and weighting, and where it
 separates the allocation rule from the estimator also as `<rule>-maxrl` (MaxRL advantages with
 the multiplicity weights n0 / N_q). Names ending in `-reconstruction` are reconstructions from
@@ -28,6 +33,15 @@ from sera.estimators import (
 )
 from sera.fidelity import kappa
 from sera.history import SuccessHistory
+
+U_MIN = 0.05
+"""The paper's SERA keeps a prompt only while its group is at least this likely to be mixed,
+U(p_hat, N_q) >= U_MIN. The paper gives no value and reports that every candidate prompt stayed
+active in the windows it analysed (D.2.5); 0.05 drops only prompts whose estimate says fewer than
+one group in 20 would carry a signal. Under the counts rule (gamma 0.5, Beta(1, 1)) an estimate
+reaches that region only after an epoch of many rollouts all alike, so it rarely binds."""
+SAFEGUARD = 0.3
+"""u_min of the package's `sera-rate-safeguard` variant: a strong filter, not the paper's."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,12 @@ class Method:
     drop_uniform_groups: bool = False
     """Leave all-0 and all-1 groups out of the update, so that the loss normaliser counts the
     mixed groups only (DARS); their outcomes still enter the history."""
+    history_rule: str = "counts"
+    """How an epoch's outcomes enter the smoothed estimate (sera.SuccessHistory): counts (the
+    paper's C.1) or rate (the package's variant). An AllocatorConfig that sets one overrides it."""
+    u_min: float | None = None
+    """The method's own observability threshold (waterline methods; None: no selection). An
+    AllocatorConfig that sets one overrides it."""
 
     @property
     def maxrl(self) -> bool:
@@ -91,11 +111,19 @@ def _entries():
     yield Method("rloo", "none", "uniform", rloo_advantages,
                  "RLOO: n0 rollouts each, leave-one-out baseline")
     yield Method("sera", "history", "waterline", maxrl_advantages,
-                 "SERA: waterline on historical estimates, MaxRL advantages x n0 / N_q")
+                 "SERA as the paper runs it: waterline on discounted success and failure counts, "
+                 f"prompts kept while U >= {U_MIN}, MaxRL advantages x n0 / N_q", u_min=U_MIN)
     yield Method("sera-oracle", "exact", "waterline", maxrl_advantages,
-                 "SERA on the exact success probabilities (tasks that know p)")
+                 "SERA on the exact success probabilities (tasks that know p)", u_min=U_MIN)
+    yield Method("sera-rate", "history", "waterline", maxrl_advantages,
+                 "the package's SERA variant: estimates from the rate rule (an epoch counts as "
+                 "16 trials), no prompt selection", history_rule="rate")
+    yield Method("sera-rate-safeguard", "history", "waterline", maxrl_advantages,
+                 f"sera-rate with prompts kept while U >= {SAFEGUARD} (a strong filter)",
+                 history_rule="rate", u_min=SAFEGUARD)
     yield Method("reweight", "history", "reweight", maxrl_advantages,
-                 "inverse-fidelity reweighting: n0 each, MaxRL x 1 / kappa(p_hat, n0)")
+                 "inverse-fidelity reweighting: n0 each, MaxRL x 1 / kappa(p_hat, n0) on the "
+                 "rate rule's estimates", history_rule="rate")
     yield Method("knapsack", "history", "knapsack", clipped_grpo_advantages,
                  "Knapsack RL: its allocator on last-epoch rates (cap 16 n0), GRPO (clipped at "
                  "5), no weights", weighted=False, estimator="last-epoch", n_max_factor=16)
@@ -112,7 +140,8 @@ def _entries():
                  drop_uniform_groups=True)
     yield Method("cero-reconstruction", "history", "cero", maxrl_advantages,
                  "CERO, myopic (reconstruction): posterior variance x saturating utility of "
-                 "cumulative rollouts, MaxRL x n0 / N_q")
+                 "cumulative rollouts (rate rule's posterior), MaxRL x n0 / N_q",
+                 history_rule="rate")
     yield Method("knapsack-maxrl", "history", "knapsack", maxrl_advantages,
                  "the knapsack allocation with MaxRL advantages x n0 / N_q",
                  estimator="last-epoch", n_max_factor=16)
@@ -131,8 +160,9 @@ def _entries():
                  "all-1 groups dropped; not matched to the budget", weighted=False,
                  protocol="two-stage", drop_uniform_groups=True)
     yield Method("sara-reconstruction", "history", "sequential", grpo_advantages,
-                 "SARA-style probe / commit / abandon on the Beta posterior (reconstruction); "
-                 "GRPO on committed groups", weighted=False, protocol="probe-commit")
+                 "SARA-style probe / commit / abandon on the Beta posterior (reconstruction, "
+                 "rate rule); GRPO on committed groups", weighted=False, protocol="probe-commit",
+                 history_rule="rate")
     yield Method("rl2ml-0.5-reconstruction", "none", "uniform",
                  partial(rl2ml_advantages, alpha=0.5),
                  "RL2ML's alpha = 0.5 estimator (reconstruction), n0 each")
@@ -184,6 +214,7 @@ def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndar
     if method.protocol != "one-shot":
         raise ValueError(f"method {method.name!r} samples in rounds ({method.protocol}); its "
                          f"protocol decides the counts, not plan")
+    allocator = allocator.for_method(method)
     budget = ids.size * n0
     n_max = method.n_max_factor * n0 if method.n_max_factor else allocator.n_max_for(n0)
     bounds = dict(n_min=allocator.n_min, n_max=n_max, n0=n0)
@@ -202,7 +233,7 @@ def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndar
         result = cero.plan(ids, *history.posterior(ids), budget, allocator.n_min, n_max, n0)
     else:
         rule = allocator.rounding if method.allocator == "waterline" else method.allocator
-        u_min = allocator.u_min if method.allocator == "waterline" else None
+        u_min = (allocator.u_min or None) if method.allocator == "waterline" else None
         result = allocate(estimates, budget, method=rule, u_min=u_min, **bounds)
     if not method.weighted:
         result = replace(result, weights=(result.counts > 0).astype(float))
