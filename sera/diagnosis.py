@@ -16,6 +16,9 @@ step, epoch, rollouts, successes), so the training prompts can be compared like 
   posterior draws and calibrated step size as the point's prediction;
 - `coverage`: the share of held-out prompts never solved in the final samples, and of those
   solved at least half the time, the two ends that move Pass@K at large and at small K;
+- `selection_binding`: how often the paper's observability-guided selection would have dropped
+  a prompt along stored runs, from the estimates they planned with or from the paper's counts
+  rule replayed on their outcomes;
 - `drift`: how far a logged metric (held-out Pass@1, token entropy, response length) moved over
   each run, and the share of seeds that ended below where they started, which flags an arm that
   made its model worse than the warm-up rather than merely improving it more slowly.
@@ -167,6 +170,47 @@ def coverage(final: pd.DataFrame, control: str = "maxrl", confidence: float = 0.
             gap = _paired(values, arm_name, control, confidence) if arm_name != control else {}
             rows.append({"share": what, "arm": arm_name, "level": level, **gap})
     return pd.DataFrame(rows)
+
+
+def selection_binding(allocations: pd.DataFrame, u_min: float, rule: str | None = None,
+                      n_min: int = 2, n_max_factor: int = 8) -> pd.DataFrame:
+    """Per arm: over the batches a run planned from estimates (every prompt available), the share
+    in which allocating with the selection at u_min would leave at least one prompt out
+    (`batches`) and the share of prompt visits it would leave out (`visits`).
+
+    rule None reads the estimates the runs recorded (column `estimate`); "counts" or "rate"
+    replays that history rule (gamma 0.5, Beta(1, 1), weight 16) on the runs' own outcomes, so the
+    question "what would the paper's estimates have said here" is asked of the same trajectory.
+    """
+    from sera.allocation import allocate
+    from sera.history import SuccessHistory
+
+    out = []
+    for (arm_name, seed), run in with_arm(allocations).groupby(["arm", "seed"], sort=False):
+        n0 = int(run["n0"].iloc[0])
+        n_prompts = int(run["prompt"].max()) + 1
+        history = SuccessHistory(n_prompts, rule=rule or "counts")
+        epoch, batches, visits = 0, [], []
+        for _, part in run.sort_values(["step", "prompt"]).groupby("step"):
+            for _ in range(int(part["epoch"].iloc[0]) - epoch):
+                history.end_epoch()
+            epoch = int(part["epoch"].iloc[0])
+            ids = part["prompt"].to_numpy(dtype=np.int64)
+            p_hat, available = history.estimate(ids)
+            if rule is None:
+                p_hat, available = part["estimate"].to_numpy(dtype=float), part["allocated"]
+            if np.all(available):
+                kept = allocate(p_hat, ids.size * n0, n_min=n_min, n_max=n_max_factor * n0,
+                                n0=n0, u_min=u_min).retained
+                batches.append(not kept.all())
+                visits.append(1 - kept.mean())
+            history.record_groups(ids, part["successes"].to_numpy(dtype=float),
+                                  part["rollouts"].to_numpy(dtype=float))
+        out.append({"arm": arm_name, "seed": seed, "planned": len(batches),
+                    "batches": float(np.mean(batches)) if batches else np.nan,
+                    "visits": float(np.mean(visits)) if visits else np.nan})
+    return pd.DataFrame(out).groupby("arm", sort=False)[["planned", "batches", "visits"]].agg(
+        {"planned": "sum", "batches": "mean", "visits": "mean"})
 
 
 def drift(metrics: pd.DataFrame, metric: str = "val_pass", k: int | None = 1,

@@ -167,3 +167,17 @@ def test_drift_compares_each_run_with_its_own_start():
         diagnosis.drift(table, "pass")
     with pytest.raises(ValueError, match="window"):
         diagnosis.drift(table, window=0.8)
+
+
+def test_the_papers_selection_threshold_never_binds_on_the_stored_points():
+    # U_MIN = 0.05 is chosen to leave every prompt active, as the paper reports (D.2.5); the
+    # strong filter of sera-rate-safeguard (0.3) binds on the same estimates.
+    from sera.trainers.methods import SAFEGUARD, U_MIN
+
+    runs = confirm.load("math-n0-4").allocations
+    runs = runs[runs["arm"] == "sera-rate"]
+    for rule in (None, "counts"):
+        paper = diagnosis.selection_binding(runs, U_MIN, rule).loc["sera-rate"]
+        assert paper["planned"] == 144 and paper["batches"] == paper["visits"] == 0
+    strong = diagnosis.selection_binding(runs, SAFEGUARD).loc["sera-rate"]
+    assert strong["batches"] > 0.5 and 0.1 < strong["visits"] < 0.6
