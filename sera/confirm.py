@@ -607,11 +607,36 @@ def compare_points(names, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
         columns=["point", "arm", "k"])
 
 
+def verdicts(names=None, arms=("sera-rate", "sera-rate-safeguard"), store_dir=None
+             ) -> pd.DataFrame:
+    """One row per stored point, arm and K (Pass@1 and the K the point was sized for): the
+    point's task, N0, steps and seeds, the predicted and measured gain over MaxRL in points with
+    the measured 95% interval over seeds, and the verdict: ahead or behind where the interval
+    excludes zero, level otherwise, and whether the prediction lies inside the interval."""
+    names = list(POINTS) if names is None else list(names)
+    table = compare_points(names, store_dir=store_dir)
+    rows = []
+    for row in table.itertuples():
+        p = point(row.point)
+        if row.arm not in arms or row.k not in (1, p.k):
+            continue
+        side = "ahead" if row.low > 0 else "behind" if row.high < 0 else "level"
+        held = row.low <= row.predicted <= row.high
+        rows.append({"point": row.point, "task": p.task, "n0": p.config.n0,
+                     "steps": p.config.steps, "arm": row.arm, "seeds": row.seeds, "k": row.k,
+                     "predicted": round(100 * row.predicted, 1),
+                     "measured": f"{100 * row.measured:+.1f} [{100 * row.low:+.1f}, "
+                                 f"{100 * row.high:+.1f}]",
+                     "verdict": f"{side}, {'as predicted' if held else 'not as predicted'}"})
+    return pd.DataFrame(rows)
+
+
 def main(argv=None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=["list", "predict", "run", "store", "show", "verify"])
+    parser.add_argument("action", choices=["list", "predict", "run", "store", "show", "verify",
+                                           "verdicts"])
     parser.add_argument("points", nargs="*", help="point names (default: all)")
     parser.add_argument("--runs-dir", default=None,
                         help=f"where runs train (default {RUNS_DIR}; verify: {VERIFY_DIR})")
@@ -620,6 +645,9 @@ def main(argv=None) -> int:
     if args.runs_dir is None:
         args.runs_dir = str(VERIFY_DIR if args.action == "verify" else RUNS_DIR)
     names = args.points or list(POINTS)
+    if args.action == "verdicts":
+        print(verdicts(names).to_markdown(index=False))
+        return 0
     for name in names:
         p = point(name)
         if args.action == "list":
