@@ -61,6 +61,34 @@ BUILDERS = {"math": math_trainer.build, "maze": maze_trainer.build}
 
 
 @dataclass(frozen=True)
+class Arm:
+    """One arm of a point: a method, its u_min (None: the method's own) and, for an arm that
+    tests a mechanism, the settings it changes, e.g. (("allocator.n_min", 3),) or
+    (("agg", "seqnorm"),). An arm with changes carries a tag that names it in the tables
+    (`name`: "sera-rate nmin-3") and in its run folders."""
+
+    method: str
+    u_min: float | None = None
+    changes: tuple[tuple[str, object], ...] = ()
+    tag: str = ""
+    expect: str = ""
+    """What the arm is expected to do, written down before its runs."""
+
+    @property
+    def name(self) -> str:
+        base = self.method if self.u_min is None else f"{self.method} (u_min {self.u_min:g})"
+        return f"{base} {self.tag}" if self.tag else base
+
+    def config(self, base: SequenceConfig, seed: int) -> SequenceConfig:
+        """The run of this arm at seed, from the point's configuration."""
+        nested = {k.split(".", 1)[1]: v for k, v in self.changes if k.startswith("allocator.")}
+        fields = {k: v for k, v in self.changes if not k.startswith("allocator.")}
+        allocator = dataclasses.replace(base.allocator, u_min=self.u_min, **nested)
+        return dataclasses.replace(base, method=self.method, seed=seed, allocator=allocator,
+                                   **fields)
+
+
+@dataclass(frozen=True)
 class Point:
     """One confirmation point: a task's configuration, the arms and the seeds."""
 
@@ -69,9 +97,9 @@ class Point:
     config: SequenceConfig
     seeds: int | None
     """None: as many as the power calculation on the prediction asks for (at least MIN_SEEDS)."""
-    arms: tuple[tuple[str, float | None], ...] = (("maxrl", None), ("sera-rate", None),
-                                                  ("sera-rate-safeguard", None), ("grpo", None))
-    """(method, u_min) per arm; u_min None: the method's own."""
+    arms: tuple[Arm | tuple[str, float | None], ...] = (
+        Arm("maxrl"), Arm("sera-rate"), Arm("sera-rate-safeguard"), Arm("grpo"))
+    """The arms; a (method, u_min) pair stands for Arm(method, u_min)."""
     treatment: str = "sera-rate"
     """The arm compared with MaxRL for the seeds: the power calculation sizes it, and it runs
     every seed (the other arms side_seeds)."""
@@ -87,21 +115,58 @@ class Point:
     from their per-seed gains, and reads the profile as counts (`calibrated_prediction`).
     None: step size 1 and the profile as measured, as the first points were predicted."""
 
+    def __post_init__(self):
+        arms = tuple(a if isinstance(a, Arm) else Arm(*a) for a in self.arms)
+        object.__setattr__(self, "arms", arms)
+        names = [a.name for a in arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"point {self.name!r} names an arm twice: {names}")
+
     def configs(self, runs_dir=RUNS_DIR) -> list[SequenceConfig]:
         """Every run's configuration, all from one warm-up in runs_dir/<point>/warmup."""
+        return [config for config, _ in self.runs(runs_dir)]
+
+    def runs(self, runs_dir=RUNS_DIR) -> list[tuple[SequenceConfig, Arm]]:
+        """(configuration, arm) of every run, seeds outermost."""
         folder = Path(runs_dir) / self.name
         base = dataclasses.replace(self.config, warmup_dir=str(folder / "warmup"), progress=False)
         out = []
         for seed in range(n_seeds(self)):
-            for method, u_min in self.arms:
-                side = u_min is not None or method not in ("maxrl", self.treatment)
+            for a in self.arms:
+                side = a.u_min is not None or a.changes or a.method not in ("maxrl",
+                                                                            self.treatment)
                 if side and self.side_seeds is not None and seed >= self.side_seeds:
                     continue
-                config = dataclasses.replace(
-                    base, method=method, seed=seed,
-                    allocator=dataclasses.replace(base.allocator, u_min=u_min))
-                out.append(dataclasses.replace(config, out=str(folder / loop.run_label(config))))
+                config = a.config(base, seed)
+                label = loop.run_label(config)
+                label = f"{a.tag}_{label}" if a.tag else label
+                out.append((dataclasses.replace(config, out=str(folder / label)), a))
         return out
+
+
+MECHANISM_ARMS = (
+    Arm("maxrl", expect="held-out Pass@1 rises from the warm-up by several points (the stored "
+        "640-step runs rose 9.3)"),
+    Arm("sera-rate", expect="the collapse reproduces: behind MaxRL at Pass@1 by about 11 points "
+        "with an interval below zero, responses shorter than MaxRL's"),
+    Arm("sera", expect="behind MaxRL at Pass@1 about as far as sera-rate: the counts rule drives "
+        "an always-failing prompt's estimate lower still (1/66 after epochs of 32 failures, the "
+        "rate rule's floor is 1/34), so the waterline moves at least as much of the budget onto "
+        "such prompts, and the selection at u_min 0.05 does not bind"),
+    Arm("sera-rate", changes=(("allocator.n_min", 3),), tag="nmin-3",
+        expect="level with MaxRL (interval covering zero): at N0 = 4 an N_min of 3 leaves one "
+        "rollout per prompt to move, so the allocation stays close to uniform"),
+    Arm("sera-rate", changes=(("lr", 1e-4),), tag="lr-half",
+        expect="if steps as large on fewer mixed groups drive the decline, half the step size "
+        "keeps held-out Pass@1 from falling below the warm-up, though it stays behind MaxRL at "
+        "the full step size"),
+    Arm("sera-rate", changes=(("agg", "seqnorm"),), tag="seqnorm",
+        expect="if token-mean's per-step 1 / T drives the shrinking responses, seqnorm keeps the "
+        "response length near MaxRL's and closes most of the gap; otherwise it collapses like "
+        "sera-rate"),
+)
+"""The arms of the mechanism point: MaxRL, the package's sera-rate (whose long math runs
+collapse), the paper's sera, and sera-rate with one suspect changed at a time."""
 
 
 def _math(**changes) -> SequenceConfig:
@@ -137,6 +202,12 @@ POINTS = {point.name: point for point in (
               "size calibrated on maze-n0-8's MaxRL runs, the cheapest maze setting where the "
               "map predicts a clear gain; reported at Pass@32, where the gain is largest "
               "against the seed-to-seed spread"),
+    Point("math-n0-4-320", "math", _math(steps=320, eval_every=80, checkpoint_every=20),
+          seeds=MIN_SEEDS, k=8, calibrate_on="math-n0-4", arms=MECHANISM_ARMS,
+          why="math-n0-4-long cut at 320 steps, where its stored sera-rate runs were already "
+              "11.5 points behind MaxRL at Pass@1 (seed SD 5.7): which change to sera-rate "
+              "removes the collapse, and what the paper's sera does there; some 7 minutes a "
+              "run on one core, 36 runs"),
     Point("maze-hard-n0-16", "maze",
           _maze(size=11, max_new_tokens=48, n0=16, steps=200, eval_every=40, checkpoint_every=10),
           seeds=None, arms=MAIN_ARMS,
@@ -225,17 +296,16 @@ def _arm_gains(p: Point, starts, lr: float) -> pd.DataFrame:
     ks = tuple(sorted({k for k in (1, 8, 32, 128) if k <= config.final_samples}
                       | {config.final_samples, p.k}))
     parts = []
-    for method, u_min in p.arms:
-        if METHODS[method].allocator != "waterline":
-            continue
+    for a in p.arms:
+        if METHODS[a.method].allocator != "waterline" or a.changes:
+            continue  # the simulator has no model: an arm that changes the training is not in it
         base = SimulationConfig(batch_size=config.batch_size, eval_every=config.steps, lr=lr,
                                 ks=ks, allocator=dataclasses.replace(config.allocator,
-                                                                     u_min=u_min))
-        table = regime_map_over(starts, [config.n0], config.steps, ("maxrl", method), base)
-        gains = predicted_gain(table, treatment=method)
+                                                                     u_min=a.u_min))
+        table = regime_map_over(starts, [config.n0], config.steps, ("maxrl", a.method), base)
+        gains = predicted_gain(table, treatment=a.method)
         gains = gains[gains["step"] == config.steps]
-        label = method if u_min is None else f"{method} (u_min {u_min:g})"
-        parts.append(gains[["k", "gain", "low", "high"]].assign(arm=label))
+        parts.append(gains[["k", "gain", "low", "high"]].assign(arm=a.name))
     return pd.concat(parts, ignore_index=True)
 
 
@@ -464,14 +534,21 @@ def store(p: Point, runs_dir=RUNS_DIR) -> int:
     earlier whose folders are gone (a fresh checkout) are restored first, so they are kept.
     Refuses (ValueError) to pool runs whose warm-ups differ (`warmup_of`)."""
     restore(p, runs_dir)
-    folders = finished_runs(p, runs_dir)
+    runs = [(Path(c.out), a) for c, a in p.runs(runs_dir) if finished(Path(c.out))]
+    folders = [folder for folder, _ in runs]
+    # an arm that changes the training is told apart by an arm column, not by the run keys
+    columns = {folder: {"arm": a.name} for folder, a in runs} \
+        if any(a.tag for a in p.arms) else None
     summary = {"point": p.name, "task": p.task, "why": p.why, "seeds": n_seeds(p),
-               "arms": [list(a) for a in p.arms], "runs_planned": len(p.configs(runs_dir)),
+               "arms": [[a.method, a.u_min] if not a.tag else
+                        {"name": a.name, "method": a.method, "u_min": a.u_min,
+                         "changes": dict(a.changes), "expect": a.expect} for a in p.arms],
+               "runs_planned": len(p.configs(runs_dir)),
                "rerun": f"python -m sera.confirm run {p.name}"}
     warmup = warmup_of(folders, p)
     if warmup is not None:
         summary["warmup"] = warmup
-    return store_runs(folders, STUDY_DIR / p.name, summary)
+    return store_runs(folders, STUDY_DIR / p.name, summary, columns=columns)
 
 
 def restore(p: Point, runs_dir=RUNS_DIR) -> int:
@@ -483,17 +560,18 @@ def restore(p: Point, runs_dir=RUNS_DIR) -> int:
         return 0
     # keyed by the run's folder name (older stores name the run without its point)
     records = {record["run"].split("/")[-1]: record for record in stored(p.name)["runs"]}
-    missing = [c for c in p.configs(runs_dir)
+    missing = [(c, a) for c, a in p.runs(runs_dir)
                if Path(c.out).name in records and not finished(Path(c.out))]
     if not missing:
         return 0
     tables = {name: pd.read_csv(folder / f"{name}.csv.gz") for name in TABLES
               if (folder / f"{name}.csv.gz").exists()}
-    for config in missing:
+    for config, a in missing:
         out = Path(config.out)
         out.mkdir(parents=True, exist_ok=True)
         for name, table in tables.items():
-            rows = table[_of_run(table, config.keys())]
+            keys = {**config.keys(), "arm": a.name} if "arm" in table.columns else config.keys()
+            rows = table[_of_run(table, keys)].drop(columns="arm", errors="ignore")
             if len(rows):
                 checkpoint.write_csv(rows, out / f"{name}.csv")
         record = records[out.name]
@@ -520,9 +598,7 @@ def load(name: str, store_dir=None) -> loop.Results:
     if not (folder / "final.csv.gz").exists():
         raise FileNotFoundError(f"no stored runs for {name!r} in {folder}; run "
                                 f"`python -m sera.confirm run {name}` (hours on two cores)")
-    tables = [pd.read_csv(folder / f"{t}.csv.gz") for t in TABLES]
-    for table in tables:
-        table["arm"] = arm(table)
+    tables = [with_arm(pd.read_csv(folder / f"{t}.csv.gz")) for t in TABLES]
     return loop.Results(*tables)
 
 
@@ -541,7 +617,7 @@ def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
         else pd.DataFrame(columns=["arm", "k", "gain", "low", "high", "seeds_needed"])
     rows = []
     for treatment in sorted(set(final["method"]) - {"maxrl"}):
-        measured = paired_gain(final, treatment, "maxrl", ks=ks)
+        measured = paired_gain(final, treatment, "maxrl", by=(), ks=ks)
         for _, m in measured.iterrows():
             match = prediction[(prediction["arm"] == treatment) & (prediction["k"] == m["k"])]
             predicted = match.iloc[0] if len(match) else None

@@ -143,7 +143,10 @@ def simulated_allocations(name: str, repetitions: int = 24, runs_dir=confirm.RUN
                             seed)
     config = p.config
     parts = []
-    for method, u_min in p.arms:
+    for a in p.arms:
+        if a.changes:
+            continue  # the simulator has no model: an arm that changes the training is not in it
+        method, u_min = a.method, a.u_min
         base = SimulationConfig(method=method, n0=config.n0, batch_size=config.batch_size,
                                 steps=config.steps, eval_every=config.steps, lr=lr, ks=(1,),
                                 allocator=dataclasses.replace(config.allocator, u_min=u_min))

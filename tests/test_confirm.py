@@ -4,6 +4,7 @@ import dataclasses
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -314,3 +315,28 @@ def test_every_stored_sera_run_is_labelled_by_the_variant_it_ran():
         final = pd.read_csv(folder / "final.csv.gz")
         assert "sera" not in set(final["method"])  # every stored SERA row names its variant
     assert checked > 100
+
+
+def test_an_arm_that_changes_the_training_is_stored_and_restored_under_its_own_name(
+        tmp_path, monkeypatch):
+    p = _registered_tiny_point(tmp_path, monkeypatch)
+    slower = confirm.Arm("sera-rate", changes=(("lr", p.config.lr / 2),
+                                               ("allocator.n_min", 3)), tag="slow")
+    p = dataclasses.replace(p, seeds=1, arms=(("maxrl", None), ("sera-rate", None), slower))
+    monkeypatch.setitem(confirm.POINTS, "tiny", p)
+    (config, arm), = [(c, a) for c, a in p.runs(tmp_path / "runs") if a.tag]
+    assert arm.name == "sera-rate slow" and config.lr == p.config.lr / 2
+    assert config.allocator.n_min == 3 and Path(config.out).name.startswith("slow_sera-rate_")
+    confirm.run(p, tmp_path / "runs", progress=False)
+    final = confirm.load("tiny").final
+    assert set(final["arm"]) == {"maxrl", "sera-rate", "sera-rate slow"}
+    assert (final.groupby("arm").size() == p.config.n_val).all()  # one row per held-out maze
+    study = tmp_path / "study" / "tiny"
+    before = {f.name: f.read_bytes() for f in study.iterdir()}
+    shutil.rmtree(config.out)
+    monkeypatch.setattr(confirm.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
+    assert confirm.store(p, tmp_path / "runs") == 3
+    assert {f.name: f.read_bytes() for f in study.iterdir()} == before
+    assert set(confirm.compare("tiny", ks=(1,))["arm"]) == {"sera-rate", "sera-rate slow"}
+    with pytest.raises(ValueError, match="names an arm twice"):
+        dataclasses.replace(p, arms=(("maxrl", None), ("maxrl", None)))

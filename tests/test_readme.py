@@ -6,6 +6,7 @@ tests/test_integration_verl.py.
 """
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,17 @@ def test_readme_cpu_torch_command_resolves_the_cpu_build():
     if done.returncode != 0 and "No matching distribution" in done.stderr:
         pytest.skip("no route to the PyTorch CPU index or a local copy of its wheel")
     assert done.returncode == 0 and "torch-2.13.0+cpu" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_citation_files_name_the_paper_and_the_license():
+    import yaml
+
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    paper = citation["preferred-citation"]
+    readme = (ROOT / "README.md").read_text()
+    assert paper["url"] in readme and paper["identifiers"][0]["value"] in readme
+    assert paper["title"].split(":")[0] in readme and len(paper["authors"]) == 9
+    assert citation["license"] == "MIT" and "MIT License" in (ROOT / "LICENSE").read_text()
+    assert 'license = "MIT"' in (ROOT / "pyproject.toml").read_text()
+    assert citation["version"] == tomllib.loads((ROOT / "pyproject.toml").read_text())[
+        "project"]["version"]
