@@ -29,7 +29,7 @@ def test_bands_follow_their_edges():
 def test_training_curves_count_visits_and_rollouts_in_mixed_groups():
     table = pd.DataFrame([visit("maxrl", 0, 0, 0, 4, 0), visit("maxrl", 0, 0, 1, 4, 2),
                           visit("sera-rate", 0, 0, 0, 6, 1), visit("sera-rate", 0, 0, 1, 2, 2),
-                          visit("sera-rate", 0, 0, 2, 0, 0)])  # a visit given no rollouts is left out
+                          visit("sera-rate", 0, 0, 2, 0, 0)])  # no rollouts: left out
     curves = diagnosis.training_curves(table).set_index("arm")
     assert curves.loc["maxrl", "success"] == pytest.approx((0 + 0.5) / 2)
     assert curves.loc["maxrl", "signal"] == pytest.approx(4 / 8)
@@ -86,7 +86,8 @@ def test_the_stored_long_maze_runs_start_each_seed_alike():
     # must give SERA and MaxRL the same rollouts there, to the last success.
     allocations = confirm.load("maze-n0-8-long").allocations
     first = allocations[allocations["epoch"] == 0]
-    both = set(first[first["arm"] == "maxrl"]["seed"]) & set(first[first["arm"] == "sera-rate"]["seed"])
+    both = set(first[first["arm"] == "maxrl"]["seed"]) & set(
+        first[first["arm"] == "sera-rate"]["seed"])
     first = first[first["seed"].isin(both)]  # a seed whose SERA run has not landed yet is left out
     keys = ["seed", "step", "prompt"]
     a = first[first["arm"] == "maxrl"].set_index(keys).sort_index()

@@ -6,7 +6,6 @@ tests/test_integration_verl.py.
 """
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -79,6 +78,7 @@ def test_readme_cpu_torch_command_resolves_the_cpu_build():
 
 
 def test_the_citation_files_name_the_paper_and_the_license():
+    import tomllib
     import yaml
 
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
