@@ -25,6 +25,7 @@ from trl_two_processes import make_trainer, replay  # noqa: E402
 import sera  # noqa: E402
 from sera.integrations import gsm8k  # noqa: E402
 from sera.integrations import trl as plugin  # noqa: E402
+from sera.trainers.methods import U_MIN  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,7 +140,8 @@ def test_resume_restores_the_history_from_the_checkpoint(tmp_path):
     p_hat = (saved["successes"] + 1) / (saved["successes"] + saved["failures"] + 2)
     ids = again.sera_log[0]["ids"]
     np.testing.assert_array_equal(again.sera_log[0]["counts"],
-                                  sera.allocate(p_hat[ids], 8, n_min=2, n_max=6, n0=4).counts)
+                                  sera.allocate(p_hat[ids], 8, n_min=2, n_max=6, n0=4,
+                                                u_min=U_MIN).counts)
     assert again.sera_history.epoch == 1 and again.sera_planner.planned == 2
 
 

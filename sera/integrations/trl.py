@@ -168,8 +168,9 @@ def zero_std_share(rewards: np.ndarray, counts: np.ndarray) -> float:
 
 class SeraGRPOTrainer(GRPOTrainer):
     """GRPOTrainer with SERA's per-prompt rollout counts and weighted MaxRL advantages (see the
-    module text). `allocator` sets n_min, n_max, the rounding, the observability safeguard and the
-    history's update rule, as in sera's own trainers.
+    module text): the paper's sera by default (counts rule, selection at u_min 0.05). `allocator`
+    sets n_min, n_max, the rounding, the selection and the history's update rule, as in sera's
+    own trainers.
 
     Attributes
     ----------

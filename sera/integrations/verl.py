@@ -29,7 +29,9 @@ loss only where each response's loss term scales with its own advantage (WEIGHTE
 
 Refused with a message (`refuse_unsupported`): DAPO group filtering and failed-group refill (they
 evict groups before the history sees them), `algorithm.use_kl_in_reward=True` (rewards leave
-[0, 1]), the observability safeguard (verl's replay buffer waits for every submitted prompt),
+[0, 1]), a u_min for the observability-guided selection (verl's replay buffer waits for every
+submitted prompt, so the plug-in runs the paper's sera with the selection off; at the paper's
+u_min it dropped no prompt along any stored run),
 policy loss modes outside WEIGHTED_LOSS_MODES (clip_cov, kl_cov and dro), a KL loss or an entropy
 bonus (verl adds them per token without the weight n0 / N_q), and skipped rollouts
 (`skip.rollout_tq`: a cached step bypasses the planning hook). Agent loops that return several
@@ -153,9 +155,9 @@ def refuse_unsupported(config) -> None:
                          "rewards, which MaxRL and the success history need as successes in "
                          "[0, 1]; set algorithm.use_kl_in_reward=False")
     if allocator_from_config(config).u_min is not None:
-        raise ValueError("+sera.u_min (the observability safeguard) gives some prompts no "
+        raise ValueError("+sera.u_min (the observability-guided selection) gives some prompts no "
                          "rollouts, and verl's replay buffer waits for every prompt it was sent; "
-                         "leave +sera.u_min unset with verl")
+                         "leave +sera.u_min unset with verl (the plug-in keeps every prompt)")
     actor = OmegaConf.select(config, "actor_rollout_ref.actor", default=None) or {}
     mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode",
                             default="vanilla")
@@ -246,9 +248,12 @@ class SeraTrainerSync(PPOTrainerSync):
             frame = loader.dataset.dataframe  # after verl's max_samples and length filter
             self._sera_rows = dense_rows(frame["extra_info"] if "extra_info" in
                                          frame.column_names else [None] * len(frame))
+            # The paper's sera with its selection off (u_min 0): verl's replay buffer waits for
+            # every prompt it was sent, and at the paper's u_min (0.05) the selection dropped no
+            # prompt along any stored run (sera.diagnosis.selection_binding).
+            allocator = dataclasses.replace(allocator_from_config(self.config), u_min=0.0)
             self._sera = Planner(len(self._sera_rows),
-                                 int(self.config.actor_rollout_ref.rollout.n),
-                                 allocator_from_config(self.config),
+                                 int(self.config.actor_rollout_ref.rollout.n), allocator,
                                  prompts_per_epoch=len(loader) * loader.batch_size)
         return self._sera
 
