@@ -207,7 +207,8 @@ def build_site(executed: Path | None = None, output: Path | None = None,
 
 
 def gallery(folder: Path | None = None) -> str:
-    """The README's figure table, built from the notebooks' metadata and the plotting module."""
+    """The figure table of docs/gallery.md, from the notebooks' metadata and the plotting
+    module."""
     import sera.plotting
 
     rows = ["| figure | what it shows | notebook | drawn by |", "| --- | --- | --- | --- |"]
@@ -234,7 +235,8 @@ def main(argv=None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "notebooks")
     parser.add_argument("--jobs", type=int, default=1,
                         help="notebooks run side by side (each kernel then uses one torch thread)")
-    parser.add_argument("--gallery", action="store_true", help="print the README figure table")
+    parser.add_argument("--gallery", action="store_true",
+                        help="print the figure table of docs/gallery.md")
     parser.add_argument("--strip", action="store_true",
                         help="remove outputs and editor metadata from notebooks/ (no run)")
     parser.add_argument("--site", action="store_true",

@@ -1,4 +1,4 @@
-"""The README's module table names every public module of the package."""
+"""The module table (docs/modules.md) names every public module of the package."""
 
 import pkgutil
 import re
@@ -13,7 +13,7 @@ def _listed() -> set[str]:
     """Module names in the README's table rows, with `.name` shorthands expanded from the first
     full name of the row (`sera.trainers.sequence`, `.engines` lists sera.trainers.engines)."""
     names = set()
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in (ROOT / "docs" / "modules.md").read_text().splitlines():
         if not line.startswith("| `sera"):
             continue
         cell = line.split("|")[1]

@@ -172,7 +172,7 @@ def test_failing_cell_is_named(tmp_path):
 
 
 def test_readme_gallery_lists_every_figure():
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "gallery.md").read_text()
     for path in NOTEBOOKS:
         for name in runner.declared_figures(path):
             assert f"figures/{name}.png" in readme, name
@@ -332,7 +332,7 @@ def test_no_exercise_comes_before_its_material():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_every_figure_has_a_one_sentence_takeaway_in_the_gallery(path):
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "gallery.md").read_text()
     for figure in nbformat.read(path, as_version=4).metadata["sera"]["figures"]:
         takeaway = figure.get("takeaway", "")
         assert takeaway.endswith(".") and takeaway.count(". ") == 0, figure["name"]

@@ -359,3 +359,22 @@ def test_drift_figure_draws_every_seed_and_each_arms_mean():
     assert "Pass@1" in fig.axes[0].get_ylabel()
     missing = splot.plot_drift(pd.DataFrame(rows), panels=(("token_entropy", None),))
     assert "no token_entropy" in missing.axes[0].texts[0].get_text()
+
+
+def test_arms_figure_draws_every_arm_at_every_k_with_its_seeds():
+    import pandas as pd
+
+    rows = [{"arm": arm, "k": k, "predicted": 0.01 if arm == "sera" else float("nan"),
+             "measured": 0.02 * i, "low": 0.02 * i - 0.03, "high": 0.02 * i + 0.03,
+             "seeds": 4, "per_seed": (0.0, 0.01, 0.02, 0.03)}
+            for i, arm in enumerate(("sera-rate", "sera", "sera-rate nmin-3")) for k in (1, 8)]
+    fig = splot.plot_arms(pd.DataFrame(rows), ks=(1, 8), title="t")
+    assert [ax.get_title() for ax in fig.axes] == ["Pass@1", "Pass@8"]
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["sera-rate (4 seeds)", "sera (4 seeds)", "sera-rate nmin-3 (4 seeds)"]
+    hollow = [c for c in fig.axes[0].collections if c.get_offsets().shape[0] == 4]
+    assert len(hollow) == 3  # every seed of every arm
+    diamonds = [ln for ln in fig.axes[0].lines if ln.get_marker() == "D"]
+    assert len(diamonds) == 1  # only the arm with a prediction
+    assert "no stored runs" in splot.plot_arms(pd.DataFrame(rows), ks=(32,)).axes[0].texts[
+        0].get_text()

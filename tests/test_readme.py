@@ -1,4 +1,4 @@
-"""What the README shows, a test runs: every Python snippet of README.md executes as written.
+"""What the README and the docs/ pages show, a test runs: every Python snippet executes as written.
 
 The snippets that import TRL run in .venv-scale (tests/test_integration_trl.py, with a tiny model
 and dataset); the verl command is composed through verl's own configuration check in
@@ -11,12 +11,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+"""The README and the pages it links to under docs/."""
 FRAMEWORKS = ("from trl", "import trl", "from verl", "import verl")
 
 
+def pages_text() -> str:
+    """The README and every docs/ page, one after the other."""
+    return "\n".join(page.read_text() for page in PAGES)
+
+
 def python_snippets() -> list[str]:
-    """Every ```python block of README.md, in order."""
-    return re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    """Every ```python block of the README and the docs/ pages, in order."""
+    return re.findall(r"```python\n(.*?)```", pages_text(), re.S)
 
 
 def needs_a_framework(snippet: str) -> bool:
@@ -68,7 +75,7 @@ def test_readme_cpu_torch_command_resolves_the_cpu_build():
     import sys
 
     command = "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
-    assert f"`.venv/bin/{command}`" in (ROOT / "README.md").read_text()
+    assert f"`.venv/bin/{command}`" in pages_text()
     done = subprocess.run([sys.executable, "-m", *command.split(), "--dry-run", "--no-deps",
                            "--ignore-installed", "--retries", "0", "--timeout", "5"],
                           capture_output=True, text=True)
@@ -90,3 +97,12 @@ def test_the_citation_files_name_the_paper_and_the_license():
     assert 'license = "MIT"' in (ROOT / "pyproject.toml").read_text()
     assert citation["version"] == tomllib.loads((ROOT / "pyproject.toml").read_text())[
         "project"]["version"]
+
+
+def test_the_readme_is_short_and_links_every_docs_page():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) < 200
+    for page in PAGES[1:]:
+        assert f"(docs/{page.name})" in readme, page.name
+        for target in re.findall(r"\]\((?!http|#)([^)#]+)", page.read_text()):
+            assert (page.parent / target).exists(), (page.name, target)

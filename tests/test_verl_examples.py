@@ -55,7 +55,9 @@ def _environment(**variables) -> dict:
 
 
 def _readme_block() -> str:
-    text = (ROOT / "README.md").read_text()
+    from test_readme import pages_text
+
+    text = pages_text()
     return re.search(r"```bash\n(pip install -e \"\.\[scale\]\".*?)```", text, re.S).group(1)
 
 

@@ -19,6 +19,7 @@ from sera.plotting.fidelity import (
     plot_rollouts_for_fidelity,
 )
 from sera.plotting.regime import (
+    plot_arms,
     plot_confirmation,
     plot_departure,
     plot_difficulty_profiles,
@@ -58,6 +59,7 @@ __all__ = [
     "plot_validation_over_training",
     "plot_budget_concentration",
     "plot_difficulty_profiles",
+    "plot_arms",
     "plot_confirmation",
     "plot_departure",
     "plot_drift",

@@ -253,3 +253,42 @@ def plot_drift(metrics: pd.DataFrame, panels=(("val_pass", 1), ("response_length
     if title:
         fig.suptitle(title)
     return fig
+
+
+@styled
+def plot_arms(table: pd.DataFrame, ks=(1, 8), title: str = ""):
+    """Each arm's gain over MaxRL at each K (one panel per K), arms down the page: the mean over
+    seeds (dot) with its Student-t 95% interval (bar; none with fewer than 3 seeds), each seed's
+    paired difference (hollow dots) and the simulator's prediction where the arm has one (grey
+    diamond). table: sera.confirm.compare rows of one point."""
+    table = table[table["k"].isin(ks)]
+    if table.empty:
+        return message_figure("no stored runs to compare")
+    arms = list(dict.fromkeys(table["arm"]))
+    fig, axes = new_figure(ncols=len(ks), width=3.6, height=0.45 * len(arms) + 1.2,
+                           squeeze=False, sharey=True)
+    for ax, k in zip(axes[0], ks, strict=True):
+        for y, arm_name in enumerate(arms):
+            rows = table[(table["arm"] == arm_name) & (table["k"] == k)]
+            if rows.empty:
+                continue
+            row = rows.iloc[0]
+            color = _arm_color(arm_name)
+            seeds = np.atleast_1d(row["per_seed"])
+            ax.scatter(seeds, np.full(seeds.size, y + 0.22), s=10, facecolors="none",
+                       edgecolors=color, lw=0.7)
+            if np.isfinite(row["low"]):
+                ax.plot([row["low"], row["high"]], [y, y], color=color, lw=2)
+            ax.plot(row["measured"], y, "o", color=color, ms=6)
+            if np.isfinite(row["predicted"]):
+                ax.plot(row["predicted"], y - 0.22, "D", color="0.5", ms=4)
+        ax.axvline(0, color="#404040", lw=0.8)
+        ax.set_title(f"Pass@{k}", fontsize=9)
+        ax.set_xlabel("gain over MaxRL")
+    axes[0][0].set_yticks(range(len(arms)),
+                          labels=[f"{a} ({int(table[table['arm'] == a]['seeds'].max())} seeds)"
+                                  for a in arms])
+    axes[0][0].invert_yaxis()
+    if title:
+        fig.suptitle(title)
+    return fig
