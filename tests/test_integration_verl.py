@@ -362,7 +362,7 @@ def test_the_readme_verl_command_passes_verls_configuration_check(readme_config)
     ("algorithm.filter_groups.enable=true", "DAPO group filtering"),
     ("trainer.v1.sampler.sync_refill_failed_groups=true", "replaces failed groups"),
     ("algorithm.use_kl_in_reward=true", r"rewards, which MaxRL .* \[0, 1\]"),
-    ("+sera.u_min=0.5", "observability safeguard"),
+    ("+sera.u_min=0.5", "observability-guided selection"),
     ("+sera.nmin=2", "unknown sera options"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov", "loss_mode=clip_cov: its loss"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov", "loss_mode=kl_cov: its loss"),
