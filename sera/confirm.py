@@ -683,7 +683,7 @@ def compare_points(names, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
         columns=["point", "arm", "k"])
 
 
-def verdicts(names=None, arms=("sera-rate", "sera-rate-safeguard"), store_dir=None
+def verdicts(names=None, arms=("sera", "sera-rate", "sera-rate-safeguard"), store_dir=None
              ) -> pd.DataFrame:
     """One row per stored point, arm and K (Pass@1 and the K the point was sized for): the
     point's task, N0, steps and seeds, the predicted and measured gain over MaxRL in points with

@@ -220,8 +220,9 @@ def gallery(folder: Path | None = None) -> str:
             doc = " ".join(doc.split())
             if figure.get("takeaway"):  # what to conclude, after what is drawn
                 doc += f" **Take-away:** {figure['takeaway']}"
-            rows.append(f"| <img src=\"figures/{name}.png\" width=\"220\"> | {doc} | "
-                        f"[{path.stem}](notebooks/{path.name}) | `sera.plotting.{function}` |")
+            # paths relative to docs/, where the table lives
+            rows.append(f"| <img src=\"../figures/{name}.png\" width=\"220\"> | {doc} | "
+                        f"[{path.stem}](../notebooks/{path.name}) | `sera.plotting.{function}` |")
     return "\n".join(rows)
 
 
