@@ -31,11 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sera.results import arm, paired_gain, reproduction, with_arm
+from sera.results import paired_gain, reproduction
 from sera.trainers import checkpoint, loop
 from sera.trainers import math as math_trainer
 from sera.trainers import maze as maze_trainer
-from sera.trainers.methods import METHODS
+from sera.trainers.methods import METHODS, arm, with_arm
 from sera.trainers.sequence import SequenceConfig, warmup_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,26 +19,9 @@ import pandas as pd
 
 from sera import _checks
 from sera.passk import k_grid, pass_at_k, pass_at_k_analytic
-from sera.trainers.methods import METHODS
 
 # What tells runs apart; every row of a trainer's tables carries them (RunConfig.keys).
 RUN_KEYS = ("method", "estimates", "allocator", "seed", "n0", "agg", "u_min")
-
-
-def arm(table: pd.DataFrame) -> pd.Series:
-    """The arm of each row: its method, with " (u_min x)" where the run's threshold is not the
-    method's own (0: the selection off)."""
-    own = table["method"].map(lambda m: METHODS[m].u_min if m in METHODS else None)
-    u_min = table["u_min"]
-    other = ~((u_min.isna() & own.isna()) | (u_min == own))
-    label = table["method"] + " (u_min " + u_min.fillna(0).map("{:g}".format) + ")"
-    return table["method"].where(~other, label)
-
-
-def with_arm(table: pd.DataFrame) -> pd.DataFrame:
-    """table with its `arm` column (`arm`), added only where the table has none."""
-    return table if "arm" in table.columns else table.assign(arm=arm(table))
-
 
 
 def keys_of(table: pd.DataFrame) -> list[str]:
