@@ -35,7 +35,7 @@ from sera.results import paired_gain, reproduction
 from sera.trainers import checkpoint, loop
 from sera.trainers import math as math_trainer
 from sera.trainers import maze as maze_trainer
-from sera.trainers.methods import METHODS, arm, with_arm
+from sera.trainers.methods import METHODS, with_arm
 from sera.trainers.sequence import SequenceConfig, warmup_fingerprint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -347,8 +347,10 @@ def calibrated_prediction(p: Point, repetitions: int = 24, runs_dir=RUNS_DIR) ->
     cal = calibration(p, runs_dir)
     draws = posterior_draws(profile(p, runs_dir), PROFILE_SAMPLES, repetitions)
     out = _arm_gains(p, draws, cal["lr"])
-    out["sd"] = [seed_sd(cal["on"], int(k), _sd_arm(cal["on"], arm))
-                 for k, arm in zip(out["k"], out["arm"], strict=True)]
+    # an arm the calibration point did not run takes the SD of that point's treatment
+    ran = set(load(cal["on"]).final["arm"])
+    out["sd"] = [seed_sd(cal["on"], int(k), a if a in ran else point(cal["on"]).treatment)
+                 for k, a in zip(out["k"], out["arm"], strict=True)]
     out["seeds_needed"] = [seeds_needed(g, sd) for g, sd in zip(out["gain"], out["sd"],
                                                                  strict=True)]
     path = STUDY_DIR / p.name / "prediction.csv"
@@ -360,13 +362,6 @@ def calibrated_prediction(p: Point, repetitions: int = 24, runs_dir=RUNS_DIR) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + out.round(4).to_csv(index=False))
     return out
-
-
-def _sd_arm(on: str, arm_name: str) -> str:
-    """The calibration point's arm whose seed-to-seed SD stands in for arm_name's: the same
-    arm where it ran there, else the calibration point's treatment."""
-    stored_arms = set(arm(load(on).final))
-    return arm_name if arm_name in stored_arms else point(on).treatment
 
 
 def read_prediction(name: str) -> pd.DataFrame:
