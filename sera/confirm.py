@@ -13,7 +13,7 @@ command, torch and thread settings, instruction set, wall time):
     python -m sera.confirm show math-n0-4      # predicted beside measured
 
 Two processes may run the same point or sweep side by side, one per core: each trains only the
-runs the other has not claimed (`claim`), and the stored tables are replaced whole, never half
+runs the other holds (`sera.runstore.claim`), and the stored tables are replaced whole, never half
 written. `make figures PROFILE=study` runs every point this way (hours on two cores);
 notebooks 05, 07 and 08 read the stored tables with `load` and `compare`.
 """
@@ -21,9 +21,7 @@ notebooks 05, 07 and 08 read the stored tables with `load` and `compare`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math as pymath
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,20 +29,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sera import runstore
 from sera.results import paired_gain, reproduction
-from sera.trainers import checkpoint, loop
+from sera.tables import TABLES, Results, with_arm
+from sera.trainers import loop
 from sera.trainers import math as math_trainer
 from sera.trainers import maze as maze_trainer
-from sera.trainers.methods import METHODS, with_arm
+from sera.trainers.methods import METHODS
 from sera.trainers.sequence import SequenceConfig, warmup_fingerprint
 
-ROOT = Path(__file__).resolve().parents[1]
-STUDY_DIR = ROOT / "data" / "study"
-RUNS_DIR = ROOT / "build" / "runs" / "confirm"
-VERIFY_DIR = ROOT / "build" / "runs" / "verify"
+STUDY_DIR = runstore.STUDY_DIR
+RUNS_DIR = runstore.RUNS_ROOT / "confirm"
+VERIFY_DIR = runstore.RUNS_ROOT / "verify"
 """Where `verify` trains: its own warm-up and runs, apart from the stored point's."""
-TABLES = ("metrics", "final", "allocations")
-"""u_min of the arm that runs SERA with the observability safeguard on."""
 SEED_SD = 0.05
 """Seed-to-seed standard deviation of a SERA - MaxRL Pass@1 difference, measured on six seeds
 of the math `fast` preset; the power calculation's only measured input."""
@@ -208,6 +205,14 @@ POINTS = {point.name: point for point in (
               "11.5 points behind MaxRL at Pass@1 (seed SD 5.7): which change to sera-rate "
               "removes the collapse, and what the paper's sera does there; some 7 minutes a "
               "run on one core, 36 runs"),
+    Point("math-n0-4-320-avx2", "math", _math(steps=320, eval_every=80, checkpoint_every=20),
+          seeds=MIN_SEEDS, k=8, calibrate_on="math-n0-4",
+          arms=tuple(a for a in MECHANISM_ARMS if a.name != "sera"),
+          why="math-n0-4-320's setting and arms from a second warm-up, trained on a machine "
+              "whose CPU (AVX2) cannot rebuild math-n0-4-320's warm-up (trained on AVX-512) bit "
+              "for bit: a separate experiment that also tests whether the stored point's "
+              "sera-rate verdict holds from another warm-up; the paper's sera, measured at "
+              "math-n0-4-320, is left out to give the mechanism arms their seeds"),
     Point("maze-hard-n0-16", "maze",
           _maze(size=11, max_new_tokens=48, n0=16, steps=200, eval_every=40, checkpoint_every=10),
           seeds=None, arms=MAIN_ARMS,
@@ -370,133 +375,18 @@ def read_prediction(name: str) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- runs and storage
 
-def run(p: Point, runs_dir=RUNS_DIR, progress: bool = True) -> loop.Results:
+def run(p: Point, runs_dir=RUNS_DIR, progress: bool = True) -> Results:
     """Train (or resume, or read back) every run of the point, storing the finished runs' tables
     after each one lands, so that a session that ends mid-way loses only the run in progress."""
     predict(p, runs_dir=runs_dir)
     restore(p, runs_dir)
-    fit_and_store(p.configs(runs_dir), BUILDERS[p.task], lambda: store(p, runs_dir), p.name,
-                  progress)
+    loop.run_grid(p.configs(runs_dir), BUILDERS[p.task], progress=progress,
+                  after_each=lambda: store(p, runs_dir), share=True, desc=p.name)
     return load(p.name)
 
 
-def fit_and_store(configs, build, store_all, desc: str, progress: bool = True) -> None:
-    """Fit each config's study (build(config)) in turn, calling store_all() after each run
-    lands (shared by the confirmation points and sera.tuning's sweeps). Several processes may
-    work through the same list: each claims a run before training it and leaves the runs
-    another live process has claimed, so two cores finish a point in half the time."""
-    from tqdm.auto import tqdm
-
-    for config in tqdm(configs, desc=desc, disable=not progress):
-        if finished(Path(config.out)):
-            continue  # stored below, with the others
-        with claim(Path(config.out)) as ours:
-            if not ours:
-                continue
-            loop.fit(build(config))
-        store_all()
-    store_all()
-
-
-class claim:
-    """`with claim(folder) as ours`: ours is True when this process may train the run in
-    folder, held through a lock file beside it (folder.lock, with the owner's process id). A
-    lock whose process is gone is taken over; the lock goes when the block ends."""
-
-    def __init__(self, folder: Path):
-        self.lock = Path(folder).with_name(Path(folder).name + ".lock")
-        self.ours = False
-
-    def __enter__(self) -> bool:
-        self.lock.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(2):
-            try:
-                handle = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                if _alive(self.lock):
-                    return False
-                self.lock.unlink(missing_ok=True)  # its process died: take the run over
-                continue
-            with os.fdopen(handle, "w") as out:
-                out.write(str(os.getpid()))
-            self.ours = True
-            break
-        return self.ours
-
-    def __exit__(self, *exc) -> None:
-        if self.ours:
-            self.lock.unlink(missing_ok=True)
-
-
-def _alive(lock: Path) -> bool:
-    """Whether the process named in a lock file still runs."""
-    try:
-        pid = int(lock.read_text().strip() or 0)
-    except (OSError, ValueError):
-        return False
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def finished(folder: Path) -> bool:
-    """Whether the run in folder finished (its final table and the loop's finish record)."""
-    folder = Path(folder)
-    log = folder / "provenance.jsonl"
-    return (folder / "final.csv").exists() and log.exists() and any(
-        json.loads(line).get("finished") for line in log.read_text().splitlines())
-
-
 def finished_runs(p: Point, runs_dir=RUNS_DIR) -> list[Path]:
-    return [Path(c.out) for c in p.configs(runs_dir) if finished(Path(c.out))]
-
-
-def store_runs(folders, out: Path, summary: dict, tables=TABLES, metrics=None,
-               columns: dict | None = None) -> int:
-    """Write the runs' tables to out/<table>.csv.gz (gzip without a time stamp, so the bytes
-    repeat) and out/provenance.json: `summary`, plus each run's configuration, provenance
-    records and wall time. metrics: keep only these metric names; columns: folder -> extra
-    columns for its rows (e.g. the learning rate of a sweep)."""
-    folders = [Path(f) for f in folders]
-    if not folders:
-        return 0
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in tables:
-        parts = []
-        for folder in folders:
-            if not (folder / f"{name}.csv").exists():
-                continue
-            table = pd.read_csv(folder / f"{name}.csv")
-            if name == "metrics" and metrics is not None:
-                table = table[table["metric"].isin(metrics)]
-            parts.append(table.assign(**(columns or {}).get(folder, {})))
-        # written beside, then renamed: a reader (or another process storing) never sees half
-        scratch = out / f".{name}.csv.gz.{os.getpid()}"
-        pd.concat(parts, ignore_index=True).to_csv(
-            scratch, index=False, compression={"method": "gzip", "mtime": 0},
-            float_format="%.6g")
-        os.replace(scratch, out / f"{name}.csv.gz")
-    runs = []
-    for folder in folders:
-        records = [json.loads(line) for line in (folder / "provenance.jsonl").read_text()
-                   .splitlines()]
-        runs.append({"run": "/".join(folder.parts[-2:]),
-                     "config": json.loads((folder / "config.json").read_text()),
-                     "wall_s": round(sum(r.get("wall_s", 0.0) for r in records), 1),
-                     "provenance": records})
-    summary = {**summary, "runs_stored": len(runs),
-               "wall_s": round(sum(r["wall_s"] for r in runs), 1), "runs": runs}
-    scratch = out / f".provenance.json.{os.getpid()}"
-    scratch.write_text(json.dumps(summary, indent=1) + "\n")
-    os.replace(scratch, out / "provenance.json")
-    return len(runs)
+    return [Path(c.out) for c in p.configs(runs_dir) if runstore.finished(c.out)]
 
 
 def warmup_of(folders, p: Point) -> str | None:
@@ -509,8 +399,8 @@ def warmup_of(folders, p: Point) -> str | None:
     if kept:
         seen[kept] = f"the runs stored in {summary.parent}"
     for folder in folders:
-        for line in (Path(folder) / "provenance.jsonl").read_text().splitlines():
-            value = json.loads(line).get("warmup")
+        for record in runstore.records(folder):
+            value = record.get("warmup")
             if value:
                 seen.setdefault(value, f"run {Path(folder).name}")
     if len(seen) > 1:
@@ -529,7 +419,7 @@ def store(p: Point, runs_dir=RUNS_DIR) -> int:
     earlier whose folders are gone (a fresh checkout) are restored first, so they are kept.
     Refuses (ValueError) to pool runs whose warm-ups differ (`warmup_of`)."""
     restore(p, runs_dir)
-    runs = [(Path(c.out), a) for c, a in p.runs(runs_dir) if finished(Path(c.out))]
+    runs = [(Path(c.out), a) for c, a in p.runs(runs_dir) if runstore.finished(c.out)]
     folders = [folder for folder, _ in runs]
     # an arm that changes the training is told apart by an arm column, not by the run keys
     columns = {folder: {"arm": a.name} for folder, a in runs} \
@@ -543,7 +433,7 @@ def store(p: Point, runs_dir=RUNS_DIR) -> int:
     warmup = warmup_of(folders, p)
     if warmup is not None:
         summary["warmup"] = warmup
-    return store_runs(folders, STUDY_DIR / p.name, summary, columns=columns)
+    return runstore.store_runs(folders, STUDY_DIR / p.name, summary, columns=columns)
 
 
 def restore(p: Point, runs_dir=RUNS_DIR) -> int:
@@ -551,30 +441,21 @@ def restore(p: Point, runs_dir=RUNS_DIR) -> int:
     missing (a fresh checkout has the stored tables but no run folders), so that they are
     neither trained again nor dropped by the next store. Returns how many were restored."""
     folder = STUDY_DIR / p.name
-    if not (folder / "provenance.json").exists():
-        return 0
     # keyed by the run's folder name (older stores name the run without its point)
-    records = {record["run"].split("/")[-1]: record for record in stored(p.name)["runs"]}
+    records = {record["run"].split("/")[-1]: record
+               for record in runstore.stored_summary(folder).get("runs", [])}
     missing = [(c, a) for c, a in p.runs(runs_dir)
-               if Path(c.out).name in records and not finished(Path(c.out))]
+               if Path(c.out).name in records and not runstore.finished(c.out)]
     if not missing:
         return 0
-    tables = {name: pd.read_csv(folder / f"{name}.csv.gz") for name in TABLES
-              if (folder / f"{name}.csv.gz").exists()}
+    tables = runstore.stored_tables(folder)
     for config, a in missing:
-        out = Path(config.out)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, table in tables.items():
-            keys = {**config.keys(), "arm": a.name} if "arm" in table.columns else config.keys()
-            rows = table[_of_run(table, keys)].drop(columns="arm", errors="ignore")
-            if len(rows):
-                checkpoint.write_csv(rows, out / f"{name}.csv")
-        record = records[out.name]
-        (out / "config.json").write_text(json.dumps(record["config"], indent=2))
-        # last: a folder counts as finished once its provenance says so
-        scratch = out / "provenance.jsonl.tmp"
-        scratch.write_text("".join(json.dumps(r) + "\n" for r in record["provenance"]))
-        os.replace(scratch, out / "provenance.jsonl")
+        keys = config.keys()
+        rows = {name: table[_of_run(table, {**keys, "arm": a.name} if "arm" in table.columns
+                                    else keys)].drop(columns="arm", errors="ignore")
+                for name, table in tables.items()}
+        record = records[Path(config.out).name]
+        runstore.write_finished(config.out, rows, record["config"], record["provenance"])
     return len(missing)
 
 
@@ -587,19 +468,19 @@ def _of_run(table: pd.DataFrame, keys: dict) -> pd.Series:
     return mask
 
 
-def load(name: str, store_dir=None) -> loop.Results:
+def load(name: str, store_dir=None) -> Results:
     """A point's stored tables (metrics, final, allocations) as the trainers return them."""
     folder = Path(store_dir or STUDY_DIR) / name
     if not (folder / "final.csv.gz").exists():
         raise FileNotFoundError(f"no stored runs for {name!r} in {folder}; run "
                                 f"`python -m sera.confirm run {name}` (hours on two cores)")
     tables = [with_arm(pd.read_csv(folder / f"{t}.csv.gz")) for t in TABLES]
-    return loop.Results(*tables)
+    return Results(*tables)
 
 
 def stored(name: str, store_dir=None) -> dict:
     """The stored provenance summary of a point (runs, wall time, command to rerun)."""
-    return json.loads((Path(store_dir or STUDY_DIR) / name / "provenance.json").read_text())
+    return runstore.stored_summary(Path(store_dir or STUDY_DIR) / name)
 
 
 def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
@@ -636,7 +517,8 @@ def verify(p: Point, seeds: int = 2, runs_dir=VERIFY_DIR, ks=(1, 8, 32, 128),
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     configs = [c for c in p.configs(runs_dir) if c.seed < seeds]
-    fit_and_store(configs, BUILDERS[p.task], lambda: None, f"verify {p.name}", progress)
+    loop.run_grid(configs, BUILDERS[p.task], progress=progress, share=True,
+                  desc=f"verify {p.name}")
     new = with_arm(pd.concat([pd.read_csv(Path(c.out) / "final.csv") for c in configs],
                              ignore_index=True))
     old = load(p.name).final

@@ -35,7 +35,7 @@ import pandas as pd
 
 from sera import confirm
 from sera.results import t_half_width
-from sera.trainers.methods import arm, with_arm
+from sera.tables import arm, with_arm
 
 EDGES = (0.25, 0.75)
 """Upper edges of the warm-up difficulty bands after "never solved"; the last band is the rest."""

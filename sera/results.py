@@ -19,13 +19,7 @@ import pandas as pd
 
 from sera import _checks
 from sera.passk import k_grid, pass_at_k, pass_at_k_analytic
-
-# What tells runs apart; every row of a trainer's tables carries them (RunConfig.keys).
-RUN_KEYS = ("method", "estimates", "allocator", "seed", "n0", "agg", "u_min")
-
-
-def keys_of(table: pd.DataFrame) -> list[str]:
-    return [k for k in RUN_KEYS if k in table.columns]
+from sera.tables import RUN_KEYS, keys_of
 
 
 def _groups(table: pd.DataFrame, keys):

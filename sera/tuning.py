@@ -26,13 +26,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sera import confirm
+from sera import runstore
+from sera.tables import Results
 from sera.trainers import classification, loop, maze
 
 FACTORS = (10**-0.5, 1.0, 10**0.5)
 """Learning rates as factors of the preset's: three values spanning 10x."""
-STUDY_DIR = confirm.STUDY_DIR
-RUNS_DIR = confirm.ROOT / "build" / "runs" / "tuning"
+STUDY_DIR = runstore.STUDY_DIR
+RUNS_DIR = runstore.RUNS_ROOT / "tuning"
 KEPT_METRICS = ("val_pass", "pass", "tune_pass", "rollouts", "stopped", "cosine")
 
 
@@ -95,10 +96,10 @@ def sweep(name: str) -> Sweep:
     return SWEEPS[name]
 
 
-def run(s: Sweep, runs_dir=RUNS_DIR, progress: bool = True) -> loop.Results:
+def run(s: Sweep, runs_dir=RUNS_DIR, progress: bool = True) -> Results:
     """Train (or resume, or read back) every run, storing the finished ones after each."""
-    confirm.fit_and_store(s.configs(runs_dir), BUILDERS[s.task], lambda: store(s, runs_dir),
-                          s.name, progress)
+    loop.run_grid(s.configs(runs_dir), BUILDERS[s.task], progress=progress,
+                  after_each=lambda: store(s, runs_dir), share=True, desc=s.name)
     return load(s.name)
 
 
@@ -107,8 +108,8 @@ def store(s: Sweep, runs_dir=RUNS_DIR) -> int:
     in data/study/<sweep>/; returns how many runs."""
     configs = s.configs(runs_dir)
     lrs = {Path(c.out): c.lr for c in configs}
-    done = [folder for folder in lrs if confirm.finished(folder)]
-    return confirm.store_runs(
+    done = [folder for folder in lrs if runstore.finished(folder)]
+    return runstore.store_runs(
         done, STUDY_DIR / s.name,
         {"sweep": s.name, "task": s.task, "methods": list(s.methods), "seeds": s.seeds,
          "lrs": s.lrs(),
@@ -118,13 +119,13 @@ def store(s: Sweep, runs_dir=RUNS_DIR) -> int:
         columns={folder: {"lr": lrs[folder]} for folder in done})
 
 
-def load(name: str, store_dir=None) -> loop.Results:
+def load(name: str, store_dir=None) -> Results:
     folder = Path(store_dir or STUDY_DIR) / name
     if not (folder / "final.csv.gz").exists():
         raise FileNotFoundError(f"no stored sweep {name!r} in {folder}; run "
                                 f"`python -m sera.tuning run {name}` (45-70 minutes on a core)")
     metrics, final = (pd.read_csv(folder / f"{t}.csv.gz") for t in ("metrics", "final"))
-    return loop.Results(metrics, final, pd.DataFrame())
+    return Results(metrics, final, pd.DataFrame())
 
 
 def best(metrics: pd.DataFrame, metric: str = "tune_pass", k: int = 1) -> pd.DataFrame:
@@ -140,23 +141,23 @@ def best(metrics: pd.DataFrame, metric: str = "tune_pass", k: int = 1) -> pd.Dat
     return table.reset_index()
 
 
-def at_best(results: loop.Results, chosen: pd.DataFrame) -> loop.Results:
+def at_best(results: Results, chosen: pd.DataFrame) -> Results:
     """The runs at each method's chosen learning rate (the lr column kept)."""
     pick = dict(zip(chosen["method"], chosen["best lr"], strict=True))
 
     def keep(table):
         return table[np.isclose(table["lr"], table["method"].map(pick))].reset_index(drop=True)
 
-    return loop.Results(keep(results.metrics), keep(results.final), results.allocations)
+    return Results(keep(results.metrics), keep(results.final), results.allocations)
 
 
-def at_lr(results: loop.Results, lr: float) -> loop.Results:
+def at_lr(results: Results, lr: float) -> Results:
     """Every method's runs at one learning rate: the one-rate table beside the tuned one."""
 
     def keep(table):
         return table[np.isclose(table["lr"], lr)].reset_index(drop=True)
 
-    return loop.Results(keep(results.metrics), keep(results.final), results.allocations)
+    return Results(keep(results.metrics), keep(results.final), results.allocations)
 
 
 def main(argv=None) -> int:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from sera.models import SmallCNN
-from sera.results import RUN_KEYS
+from sera.tables import RUN_KEYS
 from sera.tasks.classification import check_image_folder, fetch, load_data
 from sera.trainers import classification as trainer
 from sera.trainers import label_rollouts

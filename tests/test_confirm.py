@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sera import confirm
+from sera import confirm, runstore
 from sera.models import load_decoder
 from sera.trainers import checkpoint, maze
 
@@ -190,7 +190,7 @@ def test_a_calibrated_prediction_sizes_seeds_with_its_own_spread():
 def test_the_readme_show_command_reads_the_stored_point(capsys):
     # README: `python -m sera.confirm show maze-n0-8-long` compares what is in with the prediction
     assert "python -m sera.confirm show maze-n0-8-long" in (
-        confirm.ROOT / "README.md").read_text().replace("\n", " ")
+        runstore.ROOT / "README.md").read_text().replace("\n", " ")
     if not (confirm.STUDY_DIR / "maze-n0-8-long" / "final.csv.gz").exists():
         pytest.skip("no stored maze-n0-8-long runs yet")
     assert confirm.main(["show", "maze-n0-8-long"]) == 0
@@ -204,7 +204,7 @@ def test_the_readme_verify_command_reruns_the_point_it_names(monkeypatch):
     import re
     import shlex
 
-    text = (confirm.ROOT / "README.md").read_text()
+    text = (runstore.ROOT / "README.md").read_text()
     command = re.search(r"^python -m sera\.confirm verify .*$", text, re.M).group(0)
     calls = []
     monkeypatch.setattr(confirm, "verify", lambda p, seeds, runs_dir: calls.append(
@@ -212,34 +212,6 @@ def test_the_readme_verify_command_reruns_the_point_it_names(monkeypatch):
     monkeypatch.setattr(confirm, "print_verification", lambda name, table: None)
     assert confirm.main(shlex.split(command)[3:]) == 0
     assert calls == [("maze-n0-8", 2, str(confirm.VERIFY_DIR))]
-
-
-def test_a_run_is_trained_by_one_process_at_a_time(tmp_path):
-    import subprocess
-    import sys
-
-    folder = tmp_path / "runs" / "maxrl_seed-0"
-    with confirm.claim(folder) as first:
-        assert first and (tmp_path / "runs" / "maxrl_seed-0.lock").exists()
-        with confirm.claim(folder) as second:  # held by a live process (this one)
-            assert not second
-    assert not (tmp_path / "runs" / "maxrl_seed-0.lock").exists()
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    (tmp_path / "runs" / "maxrl_seed-0.lock").write_text(gone)  # left by a killed process
-    with confirm.claim(folder) as taken:
-        assert taken
-
-
-def test_fit_and_store_leaves_claimed_runs_to_their_owner(tmp_path, monkeypatch):
-    configs = [dataclasses.replace(maze.MazeConfig(), out=str(tmp_path / f"run-{i}"))
-               for i in range(3)]
-    fitted, stores = [], []
-    monkeypatch.setattr(confirm.loop, "fit", lambda study: fitted.append(study))
-    with confirm.claim(tmp_path / "run-1"):
-        confirm.fit_and_store(configs, lambda c: c.out, lambda: stores.append(1), "t",
-                              progress=False)
-    assert fitted == [str(tmp_path / "run-0"), str(tmp_path / "run-2")] and len(stores) == 3
 
 
 def test_runs_from_another_warm_up_are_never_pooled(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sera import confirm, diagnosis
+from sera import confirm, diagnosis, runstore
 
 KEYS = {"estimates": "history", "allocator": "waterline", "n0": 4, "agg": "token-mean"}
 
@@ -109,7 +109,7 @@ def test_simulated_allocations_play_every_arm_from_the_calibrated_prediction():
 
 def test_the_readme_verdict_table_is_the_stored_one(capsys):
     # README: "`python -m sera.confirm verdicts` prints this table"
-    text = (confirm.ROOT / "README.md").read_text()
+    text = (runstore.ROOT / "README.md").read_text()
     assert confirm.main(["verdicts"]) == 0
     printed = capsys.readouterr().out.strip()
     assert printed in text and printed == confirm.verdicts().to_markdown(index=False)
@@ -119,7 +119,7 @@ def test_the_readme_verdict_table_is_the_stored_one(capsys):
 
 
 def test_the_readme_quotes_the_stored_long_math_runs():
-    text = " ".join((confirm.ROOT / "README.md").read_text().split())
+    text = " ".join((runstore.ROOT / "README.md").read_text().split())
     held = diagnosis.drift(confirm.load("math-n0-4-long").metrics).set_index("arm")
     below = round(held.loc["sera-rate", "below"] * held.loc["sera-rate", "seeds"])
     assert f"ends below the warm-up in {below} of {int(held.loc['sera-rate', 'seeds'])} seeds" \

@@ -145,7 +145,7 @@ def test_run_keys_and_labels_record_the_threshold_that_ran():
     import pandas as pd
 
     from sera.trainers.loop import run_label
-    from sera.trainers.methods import arm
+    from sera.tables import arm
 
     rows = pd.DataFrame([RunConfig(method=m, allocator=a).keys() for m, a in (
         ("sera", AllocatorConfig()), ("sera-rate", AllocatorConfig()),

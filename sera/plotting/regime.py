@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from sera.plotting.style import line, message_figure, new_figure, styled
+from sera.tables import with_arm
 
 
 @styled
@@ -226,8 +227,6 @@ def plot_drift(metrics: pd.DataFrame, panels=(("val_pass", 1), ("response_length
     """Logged metrics over the steps of a point's runs, one panel per (metric, k) of `panels`:
     each seed thin, the mean over seeds thick, one colour per arm. Metrics logged every step
     are smoothed by a rolling mean over `smooth` steps; evaluations are drawn as logged."""
-    from sera.confirm import with_arm
-
     metrics = with_arm(metrics)
     fig, axes = new_figure(ncols=len(panels), width=3.4, height=2.9, squeeze=False)
     for ax, (metric, k) in zip(axes[0], panels, strict=True):

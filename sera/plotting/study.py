@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 
 from sera.plotting.style import STYLES, line, method_style, new_figure, styled
-from sera.trainers.methods import arm
+from sera.tables import arm
 
 
 def with_arms(table: pd.DataFrame) -> pd.DataFrame:
     """The table with an `arm` column: the method, plus the threshold where a run's u_min is not
-    its method's own (sera.trainers.methods.arm)."""
+    its method's own (sera.tables.arm)."""
     if "u_min" not in table.columns:
         return table.assign(arm=table["method"])
     return table.assign(arm=arm(table))

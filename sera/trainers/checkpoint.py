@@ -1,31 +1,27 @@
-"""Checkpoints and tables written atomically (a temporary file, then a rename), so a crash loses
-at most the steps since the last checkpoint and a resumed run continues the same tables."""
+"""A run's checkpoint (written through sera.runstore.atomic, so a crash loses at most the steps
+since the last one) and what its numbers depend on beyond the configuration (`provenance`, the
+weights `fingerprint`). torch is imported when a checkpoint is read or written, not before."""
 
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
+from sera import runstore
 from sera.trainers.config import differences
+
+if TYPE_CHECKING:
+    import torch
 
 
 def save(path: Path, state: dict) -> None:
-    path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    import torch
 
-
-def write_csv(table, path: Path) -> None:
-    path = Path(path)
-    tmp = path.with_suffix(".tmp")
-    table.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    with runstore.atomic(path) as scratch:
+        torch.save(state, scratch)
 
 
 def load(path: Path, config: dict, defaults: dict | None = None) -> dict | None:
@@ -34,6 +30,8 @@ def load(path: Path, config: dict, defaults: dict | None = None) -> dict | None:
     path = Path(path)
     if not path.exists():
         return None
+    import torch
+
     state = torch.load(path, map_location="cpu", weights_only=False)
     changed = differences(state.get("config", {}), config, defaults)
     if changed:
@@ -50,6 +48,7 @@ def provenance() -> dict:
     import platform
 
     import numpy
+    import torch
 
     return {"torch": torch.__version__, "numpy": numpy.__version__,
             **{name: _version(name) for name in ("transformers", "tokenizers")},
@@ -73,6 +72,8 @@ def fingerprint(model: torch.nn.Module) -> str:
     """A short hash of a model's weights (names, shapes, dtypes and bytes in state_dict order):
     equal for bitwise-equal models, whatever file format they were saved in."""
     import hashlib
+
+    import torch
 
     digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sera.history import SuccessHistory
+from sera.tables import RUN_KEYS
+from sera.trainers.methods import METHODS
 
 
 @dataclass(frozen=True)
@@ -99,8 +101,6 @@ class RunConfig:
     """Show a progress bar."""
 
     def __post_init__(self):
-        from sera.trainers.methods import METHODS
-
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {tuple(METHODS)}, got {self.method!r}")
         for name in ("n0", "batch_size", "steps", "eval_every", "checkpoint_every"):
@@ -112,9 +112,6 @@ class RunConfig:
 
     def keys(self) -> dict:
         """What tells this run apart from the others of a study: every result row carries it."""
-        from sera.results import RUN_KEYS
-        from sera.trainers.methods import METHODS
-
         method = METHODS[self.method]
         values = {"method": self.method, "estimates": method.estimates,
                   "allocator": method.allocator, "seed": self.seed, "n0": self.n0,

@@ -22,24 +22,20 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
+from sera import runstore
 from sera.allocation import Allocation
+from sera.tables import ALLOCATION_COLUMNS, Results
 from sera.trainers import checkpoint
 from sera.trainers.config import RunConfig, as_dict, defaults
 from sera.trainers.methods import METHODS, estimate, plan
 from sera.trainers.protocols import PROTOCOLS, GenerationLimit, Outcome
-
-# The per-prompt record of every step: the estimate the allocation read (for uniform methods, the
-# history's estimate, kept for comparison), the rollouts, their successes, and the exact p where
-# the task knows it.
-ALLOCATION_COLUMNS = ["step", "epoch", "prompt", "estimate", "rollouts", "allocated",
-                      "successes", "p_exact"]
 
 
 class DegenerateRunError(RuntimeError):
@@ -72,18 +68,6 @@ class Study(Protocol):
     def finish(self, run: Run) -> pd.DataFrame: ...
 
 
-@dataclass
-class Results:
-    metrics: pd.DataFrame
-    final: pd.DataFrame
-    allocations: pd.DataFrame
-
-    @staticmethod
-    def concat(parts: list[Results]) -> Results:
-        return Results(*(pd.concat([getattr(p, name) for p in parts], ignore_index=True)
-                         for name in ("metrics", "final", "allocations")))
-
-
 class Run:
     """Everything the loop carries from step to step; checkpointed as a whole with the study."""
 
@@ -110,7 +94,7 @@ class Run:
         return _with_keys(table, self.config)
 
     def allocation_table(self) -> pd.DataFrame:
-        table = pd.DataFrame(self.allocations, columns=ALLOCATION_COLUMNS)
+        table = pd.DataFrame(self.allocations, columns=list(ALLOCATION_COLUMNS))
         return _with_keys(table, self.config)
 
     # ------------------------------------------------------------------ batches
@@ -237,22 +221,52 @@ def _with_keys(table: pd.DataFrame, config: RunConfig) -> pd.DataFrame:
 
 def fit(study: Study, callback=None) -> Results:
     """Run (or resume, or read back when finished) one configuration; returns its tables, which
-    are also saved in config.out."""
+    are also saved in config.out (through sera.runstore, checkpointed every checkpoint_every
+    steps)."""
     config = study.config
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     run = Run(study)
-    state = checkpoint.load(out / "checkpoint.pt", as_dict(config), defaults(config))
+    state = checkpoint.load(out / runstore.CHECKPOINT, as_dict(config), defaults(config))
     if state is not None:
         run.load_state_dict(state)
         # more steps were asked for (a run its protocol stopped stays stopped)
         run.finished = run.finished and (run.step >= config.steps or bool(run.stopped))
-    (out / "config.json").write_text(json.dumps(as_dict(config), indent=2))
-    # Appended at every start or resume: a resumed run may continue on another machine.
     extra = study.provenance() if hasattr(study, "provenance") else {}  # e.g. the warm-up
-    with (out / "provenance.jsonl").open("a") as record:
-        record.write(json.dumps({"step": run.step, **checkpoint.provenance(), **extra}) + "\n")
+    runstore.begin(out, as_dict(config), {"step": run.step, **checkpoint.provenance(), **extra})
     started, first_step = time.perf_counter(), run.step
+
+    def save(run: Run) -> None:
+        if run.step % config.checkpoint_every == 0 and run.step < config.steps:
+            _save(run, out)
+        if callback is not None:
+            callback(run)
+
+    if not run.finished:
+        _advance(run, study, save)
+        final = _with_keys(_finish(run, study), config)
+        _save(run, out)
+        runstore.finish(out, final, {"step": run.step, "steps_run": run.step - first_step,
+                                     "stopped": run.stopped,
+                                     "wall_s": round(time.perf_counter() - started, 1)})
+    results = Results(run.metrics(), runstore.read_table(out, "final"), run.allocation_table())
+    _check_allocated_share(run)
+    return results
+
+
+def train_in_memory(study: Study, callback=None) -> Results:
+    """Run one configuration start to end in memory: the same steps as `fit`, with no folder,
+    no checkpoint and no provenance (the simulator's repetitions)."""
+    run = Run(study)
+    _advance(run, study, callback)
+    final = _with_keys(_finish(run, study), study.config)
+    _check_allocated_share(run)
+    return Results(run.metrics(), final, run.allocation_table())
+
+
+def _advance(run: Run, study: Study, after_step=None) -> None:
+    """The steps from run.step to config.steps (or until the protocol stops the run)."""
+    config = run.config
     bar = _progress(config, run.step)
     protocol = PROTOCOLS[run.method.protocol]
     while run.step < config.steps and not run.stopped:
@@ -269,30 +283,23 @@ def fit(study: Study, callback=None) -> Results:
         study.update(run, outcome)
         run.record(outcome)
         run.step += 1
-        if run.step % config.checkpoint_every == 0 and run.step < config.steps:
-            _save(run, out)
         if bar is not None:
             bar.update(1)
             bar.set_postfix(_latest(run.rows), refresh=False)
-        if callback is not None:
-            callback(run)
+        if after_step is not None:
+            after_step(run)
     if bar is not None:
         bar.close()
-    if not run.finished:
-        if not (run.stopped and run.step % config.eval_every == 0):  # not evaluated yet
-            study.evaluate(run)
-        final = study.finish(run)
-        _with_keys(final, config).to_csv(out / "final.csv", index=False)
-        _log_allocated_share(run)
-        run.finished = True
-        _save(run, out)
-        with (out / "provenance.jsonl").open("a") as record:  # this segment's wall time
-            record.write(json.dumps({"step": run.step, "finished": True, "steps_run":
-                                     run.step - first_step, "stopped": run.stopped,
-                                     "wall_s": round(time.perf_counter() - started, 1)}) + "\n")
-    results = Results(run.metrics(), pd.read_csv(out / "final.csv"), run.allocation_table())
-    _check_allocated_share(run)
-    return results
+
+
+def _finish(run: Run, study: Study) -> pd.DataFrame:
+    """The last evaluation (unless the run stopped just after one) and the final table."""
+    if not (run.stopped and run.step % run.config.eval_every == 0):
+        study.evaluate(run)
+    final = study.finish(run)
+    _log_allocated_share(run)
+    run.finished = True
+    return final
 
 
 def _log_allocated_share(run: Run) -> None:
@@ -315,10 +322,10 @@ def _check_allocated_share(run: Run) -> None:
 
 
 def _save(run: Run, out: Path) -> None:
-    checkpoint.save(out / "checkpoint.pt", run.state_dict())
-    checkpoint.write_csv(run.metrics(), out / "metrics.csv")
+    checkpoint.save(out / runstore.CHECKPOINT, run.state_dict())
+    runstore.write_csv(run.metrics(), out / "metrics.csv")
     if run.allocations:
-        checkpoint.write_csv(run.allocation_table(), out / "allocations.csv")
+        runstore.write_csv(run.allocation_table(), out / "allocations.csv")
 
 
 def _progress(config: RunConfig, start: int):
@@ -339,42 +346,56 @@ def _latest(rows) -> dict:
     return found
 
 
-def run_grid(configs: list[RunConfig], build, runs_dir, rerun: bool = False,
-             progress: bool = True, shared=None) -> Results:
-    """Fit every config in its own folder under runs_dir (named from its keys) and return the
-    concatenated tables. build(config) makes the study. A finished run is read back from its
-    folder unless rerun is True. shared: a folder indexing finished runs by their settings
-    (every setting but out, steps aside); a run that another grid already finished with the
-    same settings is read back from that grid's folder instead of trained again."""
+def run_grid(configs: list[RunConfig], build, runs_dir=None, rerun: bool = False,
+             progress: bool = True, shared=None, after_each=None, share: bool = False,
+             desc: str = "runs") -> Results | None:
+    """Fit every config (build(config) makes the study) and return the concatenated tables: the
+    one grid runner of the package. runs_dir: each run trains in runs_dir/<run_label>; None: in
+    its config's own out. A finished run is read back from its folder unless rerun is True.
+    Each run is held through a lock (sera.runstore.claim) while it trains; after_each() is
+    called after every run this process trained (e.g. to store the finished runs' tables).
+
+    shared: a folder indexing finished runs by their settings (every setting but out, steps
+    aside); a run that another grid already finished with the same settings is read back from
+    that grid's folder instead of trained again.
+
+    share=True: several processes work through the same list, one per core: each trains the
+    runs nobody holds and leaves the others to their owners; finished runs are not read back
+    and nothing is returned."""
     import shutil
 
-    parts = []
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(configs), desc="runs")
-    for config in configs:
-        folder = Path(runs_dir) / run_label(config)
+    parts = []
+    for config in tqdm(configs, desc=desc, disable=not progress):
+        folder = Path(runs_dir) / run_label(config) if runs_dir is not None else Path(config.out)
+        if share and not rerun and runstore.finished(folder):
+            continue
         elsewhere = None if rerun or shared is None else _finished_elsewhere(config, shared)
         if folder.is_symlink() and (elsewhere is None
                                     or folder.resolve() != elsewhere.resolve()):
             folder.unlink()  # a link to another grid's run of other settings: not this run's
-        if rerun:
-            shutil.rmtree(folder, ignore_errors=True)
-        elif elsewhere is not None and not (folder / "final.csv").exists():
-            if not folder.exists():  # this grid's folder name leads there too
-                folder.parent.mkdir(parents=True, exist_ok=True)
-                folder.symlink_to(elsewhere.resolve(), target_is_directory=True)
-            folder = elsewhere
-        parts.append(fit(build(replace(config, out=str(folder), progress=False))))
+        with runstore.claim(folder, wait=not share) as ours:
+            if not ours:
+                continue  # another process trains it
+            if rerun:
+                shutil.rmtree(folder, ignore_errors=True)
+            elif elsewhere is not None and not (folder / "final.csv").exists():
+                if not folder.exists():  # this grid's folder name leads there too
+                    folder.parent.mkdir(parents=True, exist_ok=True)
+                    folder.symlink_to(elsewhere.resolve(), target_is_directory=True)
+                folder = elsewhere
+            trained = not runstore.finished(folder)
+            result = fit(build(replace(config, out=str(folder), progress=False)))
+        if not share:
+            parts.append(result)
         if shared is not None:
             _index(config, folder, shared)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return Results.concat(parts)
+        if after_each is not None and trained:
+            after_each()
+    if after_each is not None:
+        after_each()
+    return None if share else Results.concat(parts)
 
 
 def _settings_key(config: RunConfig) -> str:
@@ -389,17 +410,16 @@ def _finished_elsewhere(config: RunConfig, shared) -> Path | None:
     if not entry.exists():
         return None
     folder = Path(json.loads(entry.read_text())["out"])
-    state = folder / "checkpoint.pt"
-    if not ((folder / "final.csv").exists() and state.exists()):
+    if not (runstore.finished(folder) and (folder / runstore.CHECKPOINT).exists()):
         return None
-    saved = json.loads((folder / "config.json").read_text())
+    saved = json.loads((folder / runstore.CONFIG).read_text())
     return folder if not checkpoint.differences(saved, as_dict(config), defaults(config)) else None
 
 
 def _index(config: RunConfig, folder: Path, shared) -> None:
     Path(shared).mkdir(parents=True, exist_ok=True)
-    entry = Path(shared) / f"{_settings_key(config)}.json"
-    entry.write_text(json.dumps({"out": str(Path(folder).resolve())}))
+    runstore.write_json(Path(shared) / f"{_settings_key(config)}.json",
+                        {"out": str(Path(folder).resolve())}, indent=None)
 
 
 def run_label(config: RunConfig) -> str:

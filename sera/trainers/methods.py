@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
-import pandas as pd
 
 from sera.allocation import Allocation, allocate, uniform
 from sera.baselines import CeroAllocator
@@ -239,18 +238,3 @@ def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndar
     if not method.weighted:
         result = replace(result, weights=(result.counts > 0).astype(float))
     return result
-
-
-def arm(table: pd.DataFrame) -> pd.Series:
-    """The arm of each row: its method, with " (u_min x)" where the run's threshold is not the
-    method's own (0: the selection off)."""
-    own = table["method"].map(lambda m: METHODS[m].u_min if m in METHODS else None)
-    u_min = table["u_min"]
-    other = ~((u_min.isna() & own.isna()) | (u_min == own))
-    label = table["method"] + " (u_min " + u_min.fillna(0).map("{:g}".format) + ")"
-    return table["method"].where(~other, label)
-
-
-def with_arm(table: pd.DataFrame) -> pd.DataFrame:
-    """table with its `arm` column (`arm`), added only where the table has none."""
-    return table if "arm" in table.columns else table.assign(arm=arm(table))

@@ -1,0 +1,194 @@
+"""The run store: the one owner of a run folder's format, of stored runs, and of their locks.
+
+A run folder (a RunConfig's `out`) holds
+
+    config.json        the configuration, rewritten at every start or resume
+    provenance.jsonl   one record per start or resume (versions, machine, command, warm-up), and
+                       a last record {"finished": true, "wall_s": ...} once the run is done
+    checkpoint.pt      everything the loop needs to resume (written by sera.trainers.checkpoint)
+    metrics.csv, allocations.csv, final.csv   the loop's tables (final.csv once finished)
+
+A stored set of runs (data/study/<point>/, a sweep's folder) holds the same tables of many runs,
+gzip-compressed without a time stamp so that equal tables give equal bytes, and provenance.json:
+a summary plus each run's configuration and provenance records, enough to write the run folders
+back (`write_finished`) on a fresh checkout.
+
+Every file is written beside its destination and renamed over it (`atomic`), so a reader or a
+crash never sees half a file; a run being trained is held by a lock (`claim`, through filelock),
+so several processes can work through one list of runs, each training the runs nobody holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from sera.tables import TABLES
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDY_DIR = ROOT / "data" / "study"
+"""Where the studies' stored runs live (one folder per confirmation point or sweep)."""
+RUNS_ROOT = ROOT / "build" / "runs"
+"""Where the studies train by default (the run folders, not committed)."""
+CONFIG = "config.json"
+PROVENANCE = "provenance.jsonl"
+CHECKPOINT = "checkpoint.pt"
+SUMMARY = "provenance.json"
+
+
+@contextlib.contextmanager
+def atomic(path):
+    """`with atomic(path) as scratch:` write to scratch, a new file beside path; when the block
+    ends without an error it replaces path in one rename, otherwise it is removed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        yield Path(scratch)
+        os.replace(scratch, path)
+    finally:
+        Path(scratch).unlink(missing_ok=True)
+
+
+def write_text(path, text: str) -> None:
+    with atomic(path) as scratch:
+        scratch.write_text(text)
+
+
+def write_json(path, value, indent: int | None = 1) -> None:
+    write_text(path, json.dumps(value, indent=indent) + "\n")
+
+
+def write_csv(table: pd.DataFrame, path, **options) -> None:
+    """table to path, never half written; where path ends in .gz, gzip-compressed with neither
+    a time stamp nor a file name in its header, so that equal tables give equal bytes."""
+    with atomic(path) as scratch:
+        if str(path).endswith(".gz"):
+            scratch.write_bytes(gzip.compress(table.to_csv(index=False, **options).encode(),
+                                              mtime=0))
+        else:
+            table.to_csv(scratch, index=False, **options)
+
+
+# ---------------------------------------------------------------------- one run folder
+
+def begin(folder, config: dict, record: dict) -> None:
+    """A run starts or resumes in folder: its configuration, and one more provenance record."""
+    folder = Path(folder)
+    write_json(folder / CONFIG, config, indent=2)
+    with (folder / PROVENANCE).open("a") as log:  # appended: a resume may be on another machine
+        log.write(json.dumps(record) + "\n")
+
+
+def finish(folder, final: pd.DataFrame, record: dict) -> None:
+    """The run is done: its final table, then the record that says so (last, so a folder counts
+    as finished only once everything is in it)."""
+    folder = Path(folder)
+    write_csv(final, folder / "final.csv")
+    with (folder / PROVENANCE).open("a") as log:
+        log.write(json.dumps({**record, "finished": True}) + "\n")
+
+
+def records(folder) -> list[dict]:
+    """The provenance records of the run in folder, oldest first."""
+    log = Path(folder) / PROVENANCE
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def finished(folder) -> bool:
+    """Whether the run in folder finished (its final table and the finish record)."""
+    folder = Path(folder)
+    return (folder / "final.csv").exists() and any(r.get("finished") for r in records(folder))
+
+
+def read_table(folder, name: str) -> pd.DataFrame | None:
+    path = Path(folder) / f"{name}.csv"
+    return pd.read_csv(path) if path.exists() else None
+
+
+def write_finished(folder, tables: dict[str, pd.DataFrame], config: dict,
+                   provenance: list[dict]) -> None:
+    """Write a finished run folder back from stored tables, configuration and records."""
+    folder = Path(folder)
+    for name, table in tables.items():
+        if len(table):
+            write_csv(table, folder / f"{name}.csv")
+    write_json(folder / CONFIG, config, indent=2)
+    # last: a folder counts as finished once its provenance says so
+    write_text(folder / PROVENANCE, "".join(json.dumps(r) + "\n" for r in provenance))
+
+
+@contextlib.contextmanager
+def claim(folder, wait: bool = False):
+    """`with claim(folder) as ours:` ours is True when this process holds the run in folder
+    (through folder.lock, by filelock) and False when another process holds it; wait=True waits
+    for it instead. The operating system frees the lock of a process that dies, so a crashed
+    run is taken over."""
+    from filelock import FileLock, Timeout
+
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(folder.with_name(folder.name + ".lock"))
+    try:
+        lock.acquire(timeout=-1 if wait else 0)
+    except Timeout:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        lock.release()
+
+
+# ---------------------------------------------------------------------- stored runs
+
+def store_runs(folders, out, summary: dict, tables=TABLES, metrics=None,
+               columns: dict | None = None) -> int:
+    """Write the runs' tables to out/<table>.csv.gz and out/provenance.json: `summary`, plus each
+    run's configuration, provenance records and wall time; returns how many runs. metrics: keep
+    only these metric names; columns: folder -> extra columns for its rows (e.g. an arm)."""
+    folders = [Path(f) for f in folders]
+    if not folders:
+        return 0
+    out = Path(out)
+    for name in tables:
+        parts = []
+        for folder in folders:
+            table = read_table(folder, name)
+            if table is None:
+                continue
+            if name == "metrics" and metrics is not None:
+                table = table[table["metric"].isin(metrics)]
+            parts.append(table.assign(**(columns or {}).get(folder, {})))
+        write_csv(pd.concat(parts, ignore_index=True), out / f"{name}.csv.gz",
+                  float_format="%.6g")
+    runs = []
+    for folder in folders:
+        kept = records(folder)
+        runs.append({"run": "/".join(folder.parts[-2:]),
+                     "config": json.loads((folder / CONFIG).read_text()),
+                     "wall_s": round(sum(r.get("wall_s", 0.0) for r in kept), 1),
+                     "provenance": kept})
+    write_json(out / SUMMARY, {**summary, "runs_stored": len(runs),
+                               "wall_s": round(sum(r["wall_s"] for r in runs), 1), "runs": runs})
+    return len(runs)
+
+
+def stored_summary(folder) -> dict:
+    """The summary a store wrote (provenance.json), {} where there is none."""
+    path = Path(folder) / SUMMARY
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def stored_tables(folder, tables=TABLES) -> dict[str, pd.DataFrame]:
+    """The stored tables of a set of runs that exist, by name."""
+    folder = Path(folder)
+    return {name: pd.read_csv(folder / f"{name}.csv.gz") for name in tables
+            if (folder / f"{name}.csv.gz").exists()}

@@ -1,0 +1,63 @@
+"""The vocabulary of the training tables: which columns tell runs apart, which tables a run
+writes, their columns, and the arm each row belongs to.
+
+Every run writes three long tables (`TABLES`), each row carrying the run's keys (`RUN_KEYS`):
+
+    metrics      step, metric, k, value          one row per logged number
+    final        one row per held-out prompt     what the trainer measures at the end
+    allocations  ALLOCATION_COLUMNS               one row per prompt and step (allocating methods)
+
+An arm is what a comparison calls a set of runs: the method, with its u_min where that is not the
+method's own, or a name given by a study (a column `arm` stored with the rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from sera.trainers.methods import METHODS
+
+RUN_KEYS = ("method", "estimates", "allocator", "seed", "n0", "agg", "u_min")
+"""What tells runs apart; every row of a trainer's tables carries them (RunConfig.keys)."""
+TABLES = ("metrics", "final", "allocations")
+ALLOCATION_COLUMNS = ("step", "epoch", "prompt", "estimate", "rollouts", "allocated",
+                      "successes", "p_exact")
+"""The per-prompt record of every step: the estimate the allocation read (for uniform methods,
+the history's estimate, kept for comparison), the rollouts, their successes, and the exact p
+where the task knows it."""
+
+
+@dataclass
+class Results:
+    """A run's (or many runs') three tables."""
+
+    metrics: pd.DataFrame
+    final: pd.DataFrame
+    allocations: pd.DataFrame
+
+    @staticmethod
+    def concat(parts: list[Results]) -> Results:
+        return Results(*(pd.concat([getattr(p, name) for p in parts], ignore_index=True)
+                         for name in TABLES))
+
+
+def keys_of(table: pd.DataFrame) -> list[str]:
+    """The run keys among table's columns."""
+    return [k for k in RUN_KEYS if k in table.columns]
+
+
+def arm(table: pd.DataFrame) -> pd.Series:
+    """The arm of each row: its method, with " (u_min x)" where the run's threshold is not the
+    method's own (0: the selection off)."""
+    own = table["method"].map(lambda m: METHODS[m].u_min if m in METHODS else None)
+    u_min = table["u_min"]
+    other = ~((u_min.isna() & own.isna()) | (u_min == own))
+    label = table["method"] + " (u_min " + u_min.fillna(0).map("{:g}".format) + ")"
+    return table["method"].where(~other, label)
+
+
+def with_arm(table: pd.DataFrame) -> pd.DataFrame:
+    """table with its `arm` column (`arm`), added only where the table has none."""
+    return table if "arm" in table.columns else table.assign(arm=arm(table))

@@ -1,0 +1,97 @@
+"""The run store: atomic writes, locks between processes, stored runs written back whole."""
+
+import dataclasses
+import gzip
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from sera import runstore
+from sera.trainers import loop, maze
+
+
+def test_an_atomic_write_replaces_the_file_whole_or_not_at_all(tmp_path):
+    path = tmp_path / "table.csv"
+    runstore.write_text(path, "old\n")
+    with pytest.raises(RuntimeError), runstore.atomic(path) as scratch:
+        scratch.write_text("half")
+        raise RuntimeError("crash while writing")
+    assert path.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["table.csv"]  # no scratch file left
+
+
+def test_a_compressed_table_gives_the_same_bytes_each_time(tmp_path):
+    table = pd.DataFrame({"step": [0, 1], "value": [0.1234567891, 2.0]})
+    runstore.write_csv(table, tmp_path / "a.csv.gz", float_format="%.6g")
+    runstore.write_csv(table, tmp_path / "sub" / "b.csv.gz", float_format="%.6g")
+    first, second = (tmp_path / "a.csv.gz").read_bytes(), (tmp_path / "sub" / "b.csv.gz")\
+        .read_bytes()
+    assert first == second
+    assert gzip.decompress(first).decode() == "step,value\n0,0.123457\n1,2\n"
+
+
+def test_a_run_is_held_by_one_process_and_freed_when_that_process_dies(tmp_path):
+    folder = tmp_path / "runs" / "maxrl_seed-0"
+    with runstore.claim(folder) as first:
+        assert first
+        with runstore.claim(folder) as second:  # held (by this process, another lock object)
+            assert not second
+    with runstore.claim(folder) as again:
+        assert again
+    lock = folder.with_name(folder.name + ".lock")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from filelock import FileLock; "
+         f"held = FileLock({str(lock)!r}); held.acquire(); print('held', flush=True); "
+         "time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with runstore.claim(folder) as taken:
+            assert not taken
+    finally:
+        holder.kill()
+        holder.wait()
+    with runstore.claim(folder) as taken:  # the killed process's lock is gone with it
+        assert taken
+
+
+def test_a_shared_grid_leaves_held_runs_to_their_owner(tmp_path, monkeypatch):
+    configs = [dataclasses.replace(maze.MazeConfig(), out=str(tmp_path / f"run-{i}"))
+               for i in range(3)]
+    fitted, stores = [], []
+    monkeypatch.setattr(loop, "fit", lambda study: fitted.append(study))
+    with runstore.claim(tmp_path / "run-1"):
+        assert loop.run_grid(configs, lambda c: c.out, progress=False, share=True,
+                             after_each=lambda: stores.append(1)) is None
+    assert fitted == [str(tmp_path / "run-0"), str(tmp_path / "run-2")] and len(stores) == 3
+
+
+def test_stored_runs_are_written_back_as_the_same_finished_folders(tmp_path):
+    folders = []
+    for seed in (0, 1):
+        folder = tmp_path / "runs" / f"run-{seed}"
+        runstore.begin(folder, {"seed": seed}, {"step": 0, "torch": "x"})
+        assert not runstore.finished(folder)
+        runstore.write_csv(pd.DataFrame({"seed": [seed] * 2, "step": [0, 1],
+                                         "value": [0.5, 0.25]}), folder / "metrics.csv")
+        runstore.finish(folder, pd.DataFrame({"seed": [seed], "p": [0.75]}),
+                        {"step": 2, "wall_s": 1.5})
+        assert runstore.finished(folder)
+        folders.append(folder)
+    assert runstore.store_runs(folders, tmp_path / "study", {"point": "t"},
+                               tables=("metrics", "final")) == 2
+    summary = runstore.stored_summary(tmp_path / "study")
+    assert summary["runs_stored"] == 2 and summary["wall_s"] == 3.0
+    tables = runstore.stored_tables(tmp_path / "study")
+    assert set(tables) == {"metrics", "final"} and len(tables["metrics"]) == 4
+    record = summary["runs"][1]
+    rows = {name: t[t["seed"] == 1] for name, t in tables.items()}
+    runstore.write_finished(tmp_path / "back", rows, record["config"], record["provenance"])
+    assert runstore.finished(tmp_path / "back")
+    assert runstore.records(tmp_path / "back") == runstore.records(folders[1])
+    assert json.loads((tmp_path / "back" / "config.json").read_text()) == {"seed": 1}
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "back" / "final.csv"),
+                                  pd.read_csv(folders[1] / "final.csv"))
