@@ -31,7 +31,15 @@ import pandas as pd
 
 from sera import runstore
 from sera.results import paired_gain, reproduction
-from sera.tables import TABLES, Results, with_arm
+from sera.simulate import (
+    SimulationConfig,
+    calibrate_lr,
+    posterior_draws,
+    predicted_gain,
+    regime_map_over,
+    simulate,
+)
+from sera.tables import TABLES, Results, arm, with_arm
 from sera.trainers import loop
 from sera.trainers import math as math_trainer
 from sera.trainers import maze as maze_trainer
@@ -253,7 +261,7 @@ def seeds_needed(gain: float, sd: float = SEED_SD, power: float = POWER) -> int:
 def profile(p: Point, runs_dir=RUNS_DIR, samples: int = PROFILE_SAMPLES) -> np.ndarray:
     """The point's difficulty profile: each training prompt's success probability under its
     warm-up, measured once (warming up first if needed) and stored beside its tables."""
-    from sera.simulate import measure_profile
+    from sera.trainers.profiles import measure_profile
 
     path = STUDY_DIR / p.name / "profile.csv"
     if path.exists():
@@ -266,7 +274,7 @@ def profile(p: Point, runs_dir=RUNS_DIR, samples: int = PROFILE_SAMPLES) -> np.n
     header = (f"# {p.name}: each training prompt's success probability under the warm-up, "
               f"{samples} samples each; {time.perf_counter() - started:.0f} s\n")
     table = pd.DataFrame({"prompt": np.arange(values.size), "p": values, "samples": samples})
-    path.write_text(header + table.to_csv(index=False))
+    runstore.write_text(path, header + table.to_csv(index=False))
     return values
 
 
@@ -288,15 +296,13 @@ def predict(p: Point, repetitions: int = 24, lr: float = 1.0, runs_dir=RUNS_DIR,
     header = (f"# {p.name}: predicted gain over MaxRL (sera.simulate, {repetitions} repetitions, "
               f"lr {lr}, from profile.csv), written {time.strftime('%Y-%m-%d %H:%M')} before "
               f"the runs\n")
-    path.write_text(header + out.round(4).to_csv(index=False))
+    runstore.write_text(path, header + out.round(4).to_csv(index=False))
     return out
 
 
 def _arm_gains(p: Point, starts, lr: float) -> pd.DataFrame:
     """Simulated SERA - MaxRL and safeguarded SERA - MaxRL at the point's final step, one
     repetition per row of `starts` (profiles), at step size lr."""
-    from sera.simulate import SimulationConfig, predicted_gain, regime_map_over
-
     config = p.config
     ks = tuple(sorted({k for k in (1, 8, 32, 128) if k <= config.final_samples}
                       | {config.final_samples, p.k}))
@@ -328,8 +334,6 @@ def calibration(p: Point, runs_dir=RUNS_DIR, draws: int = 4) -> dict:
     """The simulator's step size for p's task: the one at which MaxRL's simulated Pass@1 rises,
     from the calibration point's profile and over its steps, by as much as its stored MaxRL
     runs rose on the held-out prompts (mean over seeds, step 0 to the last evaluation)."""
-    from sera.simulate import SimulationConfig, calibrate_lr, posterior_draws
-
     ref = point(p.calibrate_on)
     metrics = load(ref.name).metrics
     rows = metrics[(metrics["arm"] == "maxrl") & (metrics["metric"] == "val_pass")
@@ -347,8 +351,6 @@ def calibrated_prediction(p: Point, repetitions: int = 24, runs_dir=RUNS_DIR) ->
     """predict() for a point with calibrate_on: the simulator at the calibrated step size, each
     repetition from its own posterior draw of the point's profile, and the seeds sized with the
     seed-to-seed SD measured at each K on the calibration point."""
-    from sera.simulate import posterior_draws
-
     cal = calibration(p, runs_dir)
     draws = posterior_draws(profile(p, runs_dir), PROFILE_SAMPLES, repetitions)
     out = _arm_gains(p, draws, cal["lr"])
@@ -365,7 +367,7 @@ def calibrated_prediction(p: Point, repetitions: int = 24, runs_dir=RUNS_DIR) ->
               f"over {cal['steps']} steps; sd: seed-to-seed SD of the gain at K measured on "
               f"{cal['on']}), written {time.strftime('%Y-%m-%d %H:%M')} before the runs\n")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(header + out.round(4).to_csv(index=False))
+    runstore.write_text(path, header + out.round(4).to_csv(index=False))
     return out
 
 
@@ -504,6 +506,35 @@ def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
                          "measured": m["gain"], "low": m["low"], "high": m["high"],
                          "seeds": int(m["seeds"]), "per_seed": m["per_seed"]})
     return pd.DataFrame(rows)
+
+
+def simulated_allocations(name: str, repetitions: int = 24, runs_dir=RUNS_DIR,
+                          seed: int = 0, lr: float | None = None) -> pd.DataFrame:
+    """The simulator's allocations table for every arm of a calibrated point, one repetition per
+    Jeffreys-posterior draw of the point's profile, at the step size its prediction used (the
+    draws and seeds of `calibrated_prediction`); with an arm column. lr: that step size
+    when the caller already has it from `calibration`, which is otherwise rerun."""
+    p = point(name)
+    if p.calibrate_on is None:
+        raise ValueError(f"{name} was predicted at the map's step size; simulated_allocations "
+                         f"reads points calibrated on stored runs")
+    lr = calibration(p, runs_dir)["lr"] if lr is None else lr
+    draws = posterior_draws(profile(p, runs_dir), PROFILE_SAMPLES, repetitions,
+                            seed)
+    config = p.config
+    parts = []
+    for a in p.arms:
+        if a.changes:
+            continue  # the simulator has no model: an arm that changes the training is not in it
+        method, u_min = a.method, a.u_min
+        base = SimulationConfig(method=method, n0=config.n0, batch_size=config.batch_size,
+                                steps=config.steps, eval_every=config.steps, lr=lr, ks=(1,),
+                                allocator=dataclasses.replace(config.allocator, u_min=u_min))
+        for r, draw in enumerate(draws):
+            run = dataclasses.replace(base, seed=seed + r)
+            parts.append(simulate(draw, run).allocations)
+    table = pd.concat(parts, ignore_index=True)
+    return table.assign(arm=arm(table))
 
 
 def verify(p: Point, seeds: int = 2, runs_dir=VERIFY_DIR, ks=(1, 8, 32, 128),

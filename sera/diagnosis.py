@@ -4,7 +4,8 @@ training rollouts, computed from the real runs and from the simulator's runs of 
 The simulator predicts Pass@K on its own training prompts, each an independent logit moved only by
 its own rollouts. The real runs are scored on held-out prompts, by a model whose prompts share
 every parameter. Both kinds of run store the same allocations table (one row per prompt visit:
-step, epoch, rollouts, successes), so the training prompts can be compared like for like:
+step, epoch, rollouts, successes), so the training prompts can be compared like for like (the
+simulator's allocations for a point's arms come from `sera.confirm.simulated_allocations`):
 
 - `training_curves`: per epoch, the success rate on the training prompts visited (a Pass@1 on
   the training set, measured on-policy) and the share of the budget that landed in mixed groups,
@@ -12,8 +13,6 @@ step, epoch, rollouts, successes), so the training prompts can be compared like 
 - `band_gains`: SERA - MaxRL success in the last epoch by the prompt's difficulty in the
   warm-up profile (never solved in 32 samples, up to 1/4, up to 3/4, above), with each band's
   rollouts per visit: where the allocator moved the budget, and what it bought there;
-- `simulated_allocations`: the simulator's allocations for the point's arms, from the same
-  posterior draws and calibrated step size as the point's prediction;
 - `coverage`: the share of held-out prompts never solved in the final samples, and of those
   solved at least half the time, the two ends that move Pass@K at large and at small K;
 - `selection_binding`: how often the paper's observability-guided selection would have dropped
@@ -28,14 +27,11 @@ notebooks/08_when_sera_helps.ipynb reads the long maze and math points with them
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pandas as pd
 
-from sera import confirm
 from sera.results import t_half_width
-from sera.tables import arm, with_arm
+from sera.tables import with_arm
 
 EDGES = (0.25, 0.75)
 """Upper edges of the warm-up difficulty bands after "never solved"; the last band is the rest."""
@@ -125,37 +121,6 @@ def band_gains(allocations: pd.DataFrame, profile=None, control: str = "maxrl",
     out = pd.DataFrame(rows)
     out["band"] = pd.Categorical(out["band"], categories=bands.categories, ordered=True)
     return out.sort_values(["arm", "band"], ignore_index=True).assign(epoch=epoch)
-
-
-def simulated_allocations(name: str, repetitions: int = 24, runs_dir=confirm.RUNS_DIR,
-                          seed: int = 0, lr: float | None = None) -> pd.DataFrame:
-    """The simulator's allocations table for every arm of a calibrated point, one repetition per
-    Jeffreys-posterior draw of the point's profile, at the step size its prediction used (the
-    draws and seeds of `confirm.calibrated_prediction`); with an arm column. lr: that step size
-    when the caller already has it from `confirm.calibration`, which is otherwise rerun."""
-    from sera.simulate import SimulationConfig, posterior_draws, simulate
-
-    p = confirm.point(name)
-    if p.calibrate_on is None:
-        raise ValueError(f"{name} was predicted at the map's step size; simulated_allocations "
-                         f"reads points calibrated on stored runs")
-    lr = confirm.calibration(p, runs_dir)["lr"] if lr is None else lr
-    draws = posterior_draws(confirm.profile(p, runs_dir), confirm.PROFILE_SAMPLES, repetitions,
-                            seed)
-    config = p.config
-    parts = []
-    for a in p.arms:
-        if a.changes:
-            continue  # the simulator has no model: an arm that changes the training is not in it
-        method, u_min = a.method, a.u_min
-        base = SimulationConfig(method=method, n0=config.n0, batch_size=config.batch_size,
-                                steps=config.steps, eval_every=config.steps, lr=lr, ks=(1,),
-                                allocator=dataclasses.replace(config.allocator, u_min=u_min))
-        for r, draw in enumerate(draws):
-            run = dataclasses.replace(base, seed=seed + r)
-            parts.append(simulate(draw, run).allocations)
-    table = pd.concat(parts, ignore_index=True)
-    return table.assign(arm=arm(table))
 
 
 def coverage(final: pd.DataFrame, control: str = "maxrl", confidence: float = 0.95) -> pd.DataFrame:

@@ -24,13 +24,13 @@ it predicted SERA 0.9 points ahead at Pass@1, while the real runs put SERA behin
 on training mazes alike, the mazes whose budget SERA left unchanged included (`sera.diagnosis`).
 
 Difficulty profiles (each prompt's success probability before RL) are measured from the
-studies' starting models by `measure_profiles` and stored in data/difficulty_profiles.csv.
+studies' starting models by `sera.trainers.profiles` and stored in data/difficulty_profiles.csv.
+A simulated run lives in memory (`loop.train_in_memory`): no folder, no checkpoint, no torch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from sera import _checks
 from sera.fidelity import kappa
 from sera.passk import pass_at_k_analytic
 from sera.results import t_half_width
+from sera.tables import Results
 from sera.trainers import loop
 from sera.trainers.config import RunConfig
 
@@ -86,7 +87,7 @@ class SimulatedStudy:
         self.theta = logit(np.clip(p0, 1e-6, 1 - 1e-6))
         self.n_prompts = p0.size
         self.rng = np.random.default_rng([config.seed, 1])
-        self._pool: dict[int, list[np.ndarray]] = {}
+        self._pool: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (ids, counts, rewards)
 
     @property
     def p(self) -> np.ndarray:
@@ -106,20 +107,29 @@ class SimulatedStudy:
         counts = np.asarray(counts, dtype=np.int64)
         rewards = (self.rng.random(int(counts.sum())) < np.repeat(self.p[ids], counts))
         rewards = rewards.astype(float)
-        for q, part in zip(ids.tolist(), np.split(rewards, np.cumsum(counts)[:-1]),
-                           strict=True):
-            self._pool.setdefault(q, []).append(part)
+        self._pool.append((ids, counts, rewards))
         return np.bincount(np.repeat(np.arange(ids.size), counts), rewards, ids.size)
 
+    def _groups(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """This step's rollouts of each prompt of ids, in ids' order: (counts, rewards)."""
+        pool, self._pool = self._pool, []
+        if len(pool) == 1 and np.array_equal(pool[0][0], ids):  # one draw of these prompts
+            return pool[0][1], pool[0][2]
+        kept: dict[int, list[np.ndarray]] = {}
+        for drawn, counts, rewards in pool:
+            for q, part in zip(drawn.tolist(), np.split(rewards, np.cumsum(counts)[:-1]),
+                               strict=True):
+                kept.setdefault(q, []).append(part)
+        groups = [np.concatenate(kept.get(q, [np.zeros(0)])) for q in ids.tolist()]
+        return np.array([g.size for g in groups], dtype=np.int64), np.concatenate(groups)
+
     def update(self, run: loop.Run, outcome) -> None:
-        pool, self._pool = self._pool, {}
         ids, allocation = outcome.ids, outcome.allocation
         if ids.size == 0 or allocation is None:
+            self._pool = []
             return
-        groups = [np.concatenate(pool.get(q, [np.zeros(0)])) for q in ids.tolist()]
-        counts = np.array([g.size for g in groups])
+        counts, rewards = self._groups(ids)
         kept = counts > 0
-        rewards = np.concatenate(groups)
         advantages = run.method.advantages(rewards, sizes=counts[kept])
         owner = np.repeat(np.arange(ids.size), counts)
         p = self.p[ids]
@@ -145,18 +155,15 @@ def expected_update(p, n):
     return kappa(p, n) * (1 - np.asarray(p, dtype=float))
 
 
-def simulate(p0, config: SimulationConfig, repetitions: int = 1) -> loop.Results:
+def simulate(p0, config: SimulationConfig, repetitions: int = 1) -> Results:
     """`repetitions` simulated runs of `config` from the initial success probabilities p0 (one
     per prompt), seeds config.seed, config.seed + 1, ...; the loop's tables, every row keyed by
     its run (the seed column tells repetitions apart)."""
     repetitions = _checks.integer(repetitions, "repetitions", minimum=1)
-    parts = []
-    with tempfile.TemporaryDirectory() as folder:
-        for r in range(repetitions):
-            run = dataclasses.replace(config, seed=config.seed + r, out=f"{folder}/{r}",
-                                      checkpoint_every=config.steps + 1)
-            parts.append(loop.fit(SimulatedStudy(run, p0)))
-    return loop.Results.concat(parts)
+    return Results.concat([
+        loop.train_in_memory(SimulatedStudy(dataclasses.replace(config, seed=config.seed + r),
+                                            p0))
+        for r in range(repetitions)])
 
 
 def regime_map(p0, n0s, steps: int, methods=("maxrl", "sera"), repetitions: int = 8,
@@ -295,56 +302,6 @@ def harder(p0, factor: float) -> np.ndarray:
     return expit(logit(np.clip(p0, 1e-9, 1 - 1e-9)) - np.log(factor))
 
 
-def measure_profiles(samples: int = 32, out=PROFILES_FILE, progress: bool = True) -> pd.DataFrame:
-    """Each training prompt's success probability under the starting model of the three CPU
-    studies (their `fast` presets): digits (the untrained CNN, exact p), mazes and math (the
-    supervised warm-up, estimated from `samples` rollouts per prompt at the training
-    temperature). Written to `out` with a provenance header."""
-    import platform
-    import time
-
-    import torch
-
-    from sera.trainers import classification, math, maze
-
-    start = time.time()
-    parts = []
-    with tempfile.TemporaryDirectory() as folder:
-        study = classification.ClassificationStudy(dataclasses.replace(
-            classification.PRESETS["fast"], out=f"{folder}/digits", device="cpu"))
-        parts.append(pd.DataFrame({"study": "digits", "prompt": np.arange(study.n_prompts),
-                                   "p": study.exact_p(np.arange(study.n_prompts)),
-                                   "samples": np.nan}))
-        for name, module in (("maze", maze), ("math", math)):
-            config = dataclasses.replace(module.PRESETS["fast"], out=f"{folder}/{name}",
-                                         device="cpu", progress=progress)
-            p = measure_profile(config, module.build, samples)
-            parts.append(pd.DataFrame({"study": name, "prompt": np.arange(p.size),
-                                       "p": p, "samples": samples}))
-    table = pd.concat(parts, ignore_index=True)
-    header = (f"# Difficulty profiles: each training prompt's success probability under the "
-              f"starting model of the `fast` presets (python -m sera.simulate --profiles). "
-              f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-              f"{platform.machine()}, {time.time() - start:.0f} s, "
-              f"{time.strftime('%Y-%m-%d')}\n")
-    Path(out).write_text(header + table.to_csv(index=False))
-    return table
-
-
-def measure_profile(config, build, samples: int = 32) -> np.ndarray:
-    """Each training prompt's success probability under a sequence study's starting model (its
-    warm-up, trained first if missing), estimated from `samples` rollouts per prompt at the
-    training temperature. `build` is the task module's (e.g. sera.trainers.math.build)."""
-    study = build(config)
-    prompts = study.task.train_prompts
-    counts = np.full(len(prompts), samples)
-    responses = study.engine.generate(prompts, counts, study.training, seed=0)
-    owner = np.repeat(np.arange(len(prompts)), samples)
-    rewards = np.array([study.task.reward("train", int(q), r)
-                        for q, r in zip(owner, responses, strict=True)])
-    return np.bincount(owner, rewards, len(prompts)) / samples
-
-
 def main(argv=None) -> int:
     import argparse
 
@@ -355,6 +312,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.profiles:
         parser.error("nothing to do: pass --profiles")
+    from sera.trainers.profiles import measure_profiles
+
     table = measure_profiles(args.samples)
     print(table.groupby("study")["p"].describe().round(3).to_string())
     return 0

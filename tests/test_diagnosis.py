@@ -98,8 +98,8 @@ def test_the_stored_long_maze_runs_start_each_seed_alike():
 
 def test_simulated_allocations_play_every_arm_from_the_calibrated_prediction():
     with pytest.raises(ValueError, match="calibrated"):
-        diagnosis.simulated_allocations("maze-n0-8")
-    table = diagnosis.simulated_allocations("maze-n0-8-long", repetitions=1)
+        confirm.simulated_allocations("maze-n0-8")
+    table = confirm.simulated_allocations("maze-n0-8-long", repetitions=1)
     assert set(table["arm"]) == {"maxrl", "sera-rate", "sera-rate-safeguard"}
     point = confirm.point("maze-n0-8-long").config
     for _, run in table.groupby("arm"):

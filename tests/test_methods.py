@@ -144,8 +144,8 @@ def test_sera_is_the_papers_method_and_its_variants_carry_their_own_names():
 def test_run_keys_and_labels_record_the_threshold_that_ran():
     import pandas as pd
 
-    from sera.trainers.loop import run_label
     from sera.tables import arm
+    from sera.trainers.loop import run_label
 
     rows = pd.DataFrame([RunConfig(method=m, allocator=a).keys() for m, a in (
         ("sera", AllocatorConfig()), ("sera-rate", AllocatorConfig()),

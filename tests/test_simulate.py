@@ -133,3 +133,35 @@ def test_calibrated_step_size_reproduces_the_measured_rise():
         target, abs=0.01)
     with pytest.raises(ValueError, match="outside what step sizes"):
         simulate.calibrate_lr(p0, config, 0.99)
+
+
+def test_a_simulated_run_in_memory_matches_the_same_run_through_a_folder(tmp_path, monkeypatch):
+    """simulate() writes nothing and needs no torch, and its tables are the ones `loop.fit`
+    writes for the same run in a folder (checkpointed along the way)."""
+    p0 = np.random.default_rng(3).beta(0.5, 1.5, 40)
+    config = simulate.SimulationConfig(method="sera", n0=4, batch_size=8, steps=30,
+                                       eval_every=10, seed=2)
+    on_disk = loop.fit(simulate.SimulatedStudy(
+        dataclasses.replace(config, out=str(tmp_path / "run"), checkpoint_every=7), p0))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the simulator wrote to disk")
+
+    for name in ("atomic", "begin", "finish"):
+        monkeypatch.setattr(simulate.loop.runstore, name, refuse)
+    monkeypatch.setattr(simulate.loop.checkpoint, "save", refuse)
+    in_memory = simulate.simulate(p0, config)
+    pd.testing.assert_frame_equal(in_memory.metrics, on_disk.metrics)
+    pd.testing.assert_frame_equal(in_memory.allocations, on_disk.allocations)
+    pd.testing.assert_series_equal(in_memory.final["p"], on_disk.final["p"])
+
+
+def test_the_simulator_plotting_and_diagnosis_import_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, sera.simulate, sera.plotting, sera.diagnosis, sera.results; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == "[]"

@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from sera import runstore
 from sera.allocation import Allocation
 from sera.estimators import maxrl_advantages, multiplicity_weights
 from sera.trainers import methods
@@ -203,12 +204,8 @@ class Planner:
 
     def save(self, folder) -> str:
         """Write the state to folder/sera_history.json (atomically) and return the path."""
-        os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, HISTORY_FILE)
-        temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "w") as f:
-            json.dump(self.state_dict(), f)
-        os.replace(temporary, path)
+        runstore.write_text(path, json.dumps(self.state_dict()))
         return path
 
     def load(self, folder) -> None:

@@ -82,6 +82,7 @@ class Run:
         self.last_exact = np.full(study.n_prompts, np.nan)  # p at each prompt's last visit
         self.allocator_state: dict = {}  # what stateful allocators keep across steps
         self.stopped = ""  # why the protocol ended the run before config.steps, if it did
+        self._order, self._order_epoch = np.zeros(0, dtype=np.int64), -1  # the epoch's order
 
     # ------------------------------------------------------------------ logging and tables
 
@@ -111,9 +112,11 @@ class Run:
     def next_batch(self, size: int | None = None) -> np.ndarray:
         """The next prompts of this epoch's permutation, seeded by (seed, epoch): batch_size of
         them, fewer at the end of the epoch."""
-        order = np.random.default_rng([self.config.seed, self.epoch]).permutation(
-            self.study.n_prompts)
-        ids = order[self.position:self.position + (size or self.config.batch_size)]
+        if self._order_epoch != self.epoch:  # drawn once per epoch
+            self._order = np.random.default_rng([self.config.seed, self.epoch]).permutation(
+                self.study.n_prompts)
+            self._order_epoch = self.epoch
+        ids = self._order[self.position:self.position + (size or self.config.batch_size)]
         self.position += ids.size
         return ids
 
@@ -202,11 +205,16 @@ class Run:
 
 
 def _log_agreement(run: Run, name: str, estimate, exact) -> None:
-    if np.size(estimate) == 0:  # a step that sampled nothing (a sequential rule's last)
+    """Mean absolute error and Pearson correlation of the estimates against the exact p (the
+    correlation from centred dot products: np.corrcoef costs more than the rest of a step)."""
+    estimate, exact = np.asarray(estimate, dtype=float), np.asarray(exact, dtype=float)
+    if estimate.size == 0:  # a step that sampled nothing (a sequential rule's last)
         return
     run.log(f"{name}_mae", np.abs(estimate - exact).mean())
-    if np.std(estimate) > 0 and np.std(exact) > 0:
-        run.log(f"{name}_pearson", np.corrcoef(estimate, exact)[0, 1])
+    a, b = estimate - estimate.mean(), exact - exact.mean()
+    scale = np.sqrt((a @ a) * (b @ b))
+    if scale > 0:
+        run.log(f"{name}_pearson", np.clip((a @ b) / scale, -1.0, 1.0))
 
 
 def _with_keys(table: pd.DataFrame, config: RunConfig) -> pd.DataFrame:

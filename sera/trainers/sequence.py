@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sera import runstore
 from sera.passk import k_grid, pass_at_k
 from sera.trainers import loop
 from sera.trainers.checkpoint import fingerprint
@@ -266,7 +267,7 @@ def warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, setti
     if saved is not None and saved["settings"] == settings:
         model = load_decoder(folder).to(device(config.device))
         if "fingerprint" not in saved:  # written before fingerprints were kept
-            stamp.write_text(json.dumps({**saved, "fingerprint": fingerprint(model)}))
+            runstore.write_text(stamp, json.dumps({**saved, "fingerprint": fingerprint(model)}))
         return model, saved["rows"]
     torch.manual_seed(settings.get("seed", 0))
     model = build_model().to(device(config.device))
@@ -285,8 +286,8 @@ def warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, setti
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     task.tokenizer.save_pretrained(folder)
-    stamp.write_text(json.dumps({"settings": settings, "rows": rows,
-                                 "fingerprint": fingerprint(model)}))
+    runstore.write_text(stamp, json.dumps({"settings": settings, "rows": rows,
+                                           "fingerprint": fingerprint(model)}))
     return model, rows
 
 
