@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 # PROFILE=study first runs (or resumes) the stored long runs (`make study`), then the notebooks'
 # fast profile, whose stored-results sections read them.
 figures: $(STAMP) $(if $(filter study,$(PROFILE)),study)
-	$(BIN)/python -m sera.notebooks --profile $(if $(filter study,$(PROFILE)),fast,$(PROFILE)) \
+	$(BIN)/python -m sera.teaching.notebooks --profile $(if $(filter study,$(PROFILE)),fast,$(PROFILE)) \
 		--jobs 2
 
 # The confirmation runs of notebook 08's regime map (hours on two cores; resumable): every run's
@@ -40,12 +40,12 @@ study: $(STAMP)
 # A static HTML copy of the course in build/site/ (runs the notebooks first; finished runs are
 # read back).
 site: figures
-	$(BIN)/python -m sera.notebooks --site
+	$(BIN)/python -m sera.teaching.notebooks --site
 
 # The course releases: build/course/student/ (exercises without solutions) and
 # build/course/instructor/ (solutions and worked answers), from the marked exercise notebooks.
 course: $(STAMP)
-	$(BIN)/python -m sera.release build/course
+	$(BIN)/python -m sera.teaching.release build/course
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -157,7 +157,7 @@ test-fast: $(STAMP)
 # Remove outputs and editor metadata that JupyterLab saves into notebooks/ (the tests require
 # clean notebooks).
 clean-notebooks: $(STAMP)
-	$(BIN)/python -m sera.notebooks --strip
+	$(BIN)/python -m sera.teaching.notebooks --strip
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/allocation_speed.py

@@ -5,7 +5,8 @@ Usage: python benchmarks/simulator_speed.py [--repetitions 8] [--steps 160]
 One workload of notebook 08's regime map: MaxRL and the paper's SERA at N0 = 4, 8 and 16 on the
 stored math profile, `repetitions` seeds each. "folder" fits every run with `loop.fit` in a
 temporary folder (config.json, provenance, the final checkpoint and the tables written, torch
-imported for the checkpoint); "memory" is `sera.simulate.simulate`, which keeps the run in memory.
+imported for the checkpoint); "memory" is `sera.studies.simulate.simulate`, which keeps the run
+in memory.
 Prints both times, their ratio, and whether the two give the same Pass@K to the last bit (they
 must: the same steps, only the writing differs).
 """
@@ -18,9 +19,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from sera import simulate
+from sera.studies import simulate
 from sera.tables import Results
 from sera.trainers import loop
+from sera.trainers.profiles import load_profiles
 
 
 def through_folders(p0, config, repetitions):
@@ -38,7 +40,7 @@ def main() -> None:
     parser.add_argument("--repetitions", type=int, default=8)
     parser.add_argument("--steps", type=int, default=160)
     args = parser.parse_args()
-    p0 = simulate.load_profiles()["math"]
+    p0 = load_profiles()["math"]
     configs = [simulate.SimulationConfig(method=m, n0=n0, steps=args.steps, eval_every=40)
                for n0 in (4, 8, 16) for m in ("maxrl", "sera")]
     through_folders(p0, configs[0], 1)  # imports and first-call costs out of the timing

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from sera import _checks
+from sera.timing import timed
 
 RULES = ("rate", "counts")
 
@@ -64,6 +65,7 @@ class SuccessHistory:
                              f"{ids.min()} to {ids.max()}")
         return ids
 
+    @timed
     def record(self, prompt_ids, rewards) -> None:
         """Queue one outcome per response (reward in [0, 1]) for the next epoch boundary."""
         ids = self._ids(prompt_ids)
@@ -75,6 +77,7 @@ class SuccessHistory:
         np.add.at(self._pending_s, ids, rewards)
         np.add.at(self._pending_f, ids, 1.0 - rewards)
 
+    @timed
     def record_groups(self, prompt_ids, successes, trials) -> None:
         """Queue whole groups: `successes` out of `trials` rollouts per prompt (trials 0: none)."""
         ids = self._ids(prompt_ids)
@@ -88,6 +91,7 @@ class SuccessHistory:
         np.add.at(self._pending_s, ids, successes)
         np.add.at(self._pending_f, ids, trials - successes)
 
+    @timed
     def end_epoch(self) -> None:
         """Fold the pending outcomes in, discounting what was known before."""
         trials = self._pending_s + self._pending_f
@@ -106,6 +110,7 @@ class SuccessHistory:
         self._pending_f[:] = 0.0
         self.epoch += 1
 
+    @timed
     def estimate(self, prompt_ids=None):
         """(p_hat, available) for the given prompts (all prompts when None)."""
         ids = np.arange(self.n_prompts) if prompt_ids is None else self._ids(prompt_ids)
@@ -113,11 +118,13 @@ class SuccessHistory:
         p_hat = (s + self.alpha) / (s + f + self.alpha + self.beta)
         return p_hat, self.observed[ids].copy()
 
+    @timed
     def posterior(self, prompt_ids=None):
         """(a, b) of each prompt's Beta posterior: a = s + alpha, b = f + beta."""
         ids = np.arange(self.n_prompts) if prompt_ids is None else self._ids(prompt_ids)
         return self.successes[ids] + self.alpha, self.failures[ids] + self.beta
 
+    @timed
     def last_rates(self, prompt_ids=None):
         """(rate, available): each prompt's raw success rate in the last epoch it was seen (its
         successes over its rollouts, 0 and 1 included), the estimate Knapsack RL, GVM and DARS

@@ -50,11 +50,18 @@ def atomic(path):
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(handle)
+    os.chmod(scratch, 0o666 & ~_umask())  # as an ordinary new file (mkstemp makes it private)
     try:
         yield Path(scratch)
         os.replace(scratch, path)
     finally:
         Path(scratch).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_text(path, text: str) -> None:
@@ -75,6 +82,21 @@ def write_csv(table: pd.DataFrame, path, **options) -> None:
                                               mtime=0))
         else:
             table.to_csv(scratch, index=False, **options)
+
+
+def copy_folder(source, target) -> None:
+    """A copy of the folder source at target, which appears whole or not at all."""
+    import shutil
+
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    os.chmod(scratch, 0o777 & ~_umask())
+    try:
+        shutil.copytree(source, scratch, dirs_exist_ok=True)
+        os.replace(scratch, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------- one run folder

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from sera.trainers.methods import METHODS
+from sera.methods import METHODS
 
 RUN_KEYS = ("method", "estimates", "allocator", "seed", "n0", "agg", "u_min")
 """What tells runs apart; every row of a trainer's tables carries them (RunConfig.keys)."""

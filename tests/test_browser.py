@@ -59,7 +59,7 @@ def lab(tmp_path_factory):
     """JupyterLab on 127.0.0.1 serving a copy of the notebooks (figures land in the copy)."""
     import nbformat
 
-    from sera import release
+    from sera.teaching import release
 
     root = tmp_path_factory.mktemp("lab")
     (root / "notebooks").mkdir()
@@ -339,7 +339,7 @@ def test_exercise_in_the_browser(lab, browser, name):
 
     url, token = lab
     source = nbformat.read(ROOT / "notebooks" / "exercises" / f"{name}.ipynb", as_version=4)
-    checks = sum(cell.source.count("sera.course.check_") for cell in source.cells[2:])
+    checks = sum(cell.source.count("sera.teaching.course.check_") for cell in source.cells[2:])
     assert checks >= 1
     for folder, expected in (("exercises", "PASS "), ("student", "not done yet")):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -359,7 +359,7 @@ def test_the_static_site_offline(browser, tmp_path):
     formulas render as MathML with a size on screen, every image loads, no raw TeX shows."""
     import nbformat
 
-    from sera import notebooks as runner
+    from sera.teaching import notebooks as runner
 
     executed = tmp_path / "executed"
     runner.run_notebook(ROOT / "notebooks" / f"{NOTEBOOKS[0]}.ipynb", "fast",

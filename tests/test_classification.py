@@ -9,12 +9,12 @@ import pytest
 import torch
 from torch import nn
 
+from sera.methods import METHODS
 from sera.models import SmallCNN
 from sera.tables import RUN_KEYS
 from sera.tasks.classification import check_image_folder, fetch, load_data
 from sera.trainers import classification as trainer
 from sera.trainers import label_rollouts
-from sera.trainers.methods import METHODS
 
 
 def _tiny(tmp_path, **changes):

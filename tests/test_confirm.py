@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sera import confirm, runstore
+from sera import runstore
 from sera.models import load_decoder
+from sera.studies import confirm
 from sera.trainers import checkpoint, maze
 
 
@@ -81,15 +82,27 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
 
     # a fresh checkout has the stored tables but no run folders: the stored runs are restored
     # (not trained again, not dropped), and storing them again gives the same bytes
+    # (not trained again, not dropped), with the warm-up stored beside them, and storing them
+    # again gives the same bytes
     study = tmp_path / "study" / "tiny"
-    before = {f.name: f.read_bytes() for f in study.iterdir()}
+    before = {f.name: f.read_bytes() for f in study.rglob("*") if f.is_file()}
+    assert "model.safetensors" in before and "warmup.json" in before  # the warm-up is kept
     shutil.rmtree(tmp_path / "runs" / "tiny" / "maxrl_n0-4_token-mean_seed-1")
     shutil.rmtree(tmp_path / "runs" / "tiny" / "sera-rate_n0-4_token-mean_seed-0")
+    shutil.rmtree(tmp_path / "runs" / "tiny" / "warmup")
     monkeypatch.setattr(confirm.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
     confirm.run(p, tmp_path / "runs", progress=False)
     assert stored_after[8:] == [6]
-    assert {f.name: f.read_bytes() for f in study.iterdir()} == before
+    assert {f.name: f.read_bytes() for f in study.rglob("*") if f.is_file()} == before
     assert confirm.restore(p, tmp_path / "runs") == 0  # nothing left to restore
+    # a warm-up other than the stored runs' is refused before anything trains
+    stamp = tmp_path / "runs" / "tiny" / "warmup" / "warmup.json"
+    assert json.loads(stamp.read_text())["fingerprint"] == confirm.stored("tiny")["warmup"]
+    stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "fingerprint": "0" * 16}))
+    with pytest.raises(ValueError, match="0{16}.*start from the copy stored beside the runs"):
+        confirm.run(p, tmp_path / "runs", progress=False)
+    shutil.rmtree(tmp_path / "runs" / "tiny" / "warmup")
+    assert confirm.restore(p, tmp_path / "runs") == 0 and stamp.exists()  # the stored copy
 
     results = confirm.load("tiny")
     assert set(results.final["arm"]) == {"maxrl", "sera-rate", "sera-rate-safeguard"}
@@ -250,7 +263,8 @@ def test_verify_reruns_seeds_from_its_own_warm_up_and_reports_the_verdicts(tmp_p
     bit for bit, so every verdict holds; nothing new is stored."""
     p = _registered_tiny_point(tmp_path, monkeypatch)
     confirm.run(p, tmp_path / "runs", progress=False)
-    before = {f.name: f.read_bytes() for f in (tmp_path / "study" / "tiny").iterdir()}
+    before = {f.name: f.read_bytes() for f in (tmp_path / "study" / "tiny").rglob("*")
+              if f.is_file()}
     with pytest.raises(ValueError, match="seeds must be >= 1"):
         confirm.verify(p, seeds=0, runs_dir=tmp_path / "verify")
     table = confirm.verify(p, seeds=1, runs_dir=tmp_path / "verify", ks=(1, 4), progress=False)
@@ -259,7 +273,8 @@ def test_verify_reruns_seeds_from_its_own_warm_up_and_reports_the_verdicts(tmp_p
     assert table["reproduces"].all()
     assert (table["warmup"] == table["stored_warmup"]).all()
     assert (tmp_path / "verify" / "tiny" / "warmup" / "warmup.json").exists()
-    assert {f.name: f.read_bytes() for f in (tmp_path / "study" / "tiny").iterdir()} == before
+    assert {f.name: f.read_bytes() for f in (tmp_path / "study" / "tiny").rglob("*")
+              if f.is_file()} == before
     confirm.print_verification("tiny", table)
     assert "4 of 4 stored conclusions reproduce" in capsys.readouterr().out
 
@@ -267,8 +282,8 @@ def test_verify_reruns_seeds_from_its_own_warm_up_and_reports_the_verdicts(tmp_p
 def test_every_stored_sera_run_is_labelled_by_the_variant_it_ran():
     # A stored run named `sera` ran the paper's counts rule and u_min, one named `sera-rate` the
     # rate rule: the name in the tables is the method its configuration resolves to.
+    from sera.methods import METHODS
     from sera.trainers.config import AllocatorConfig
-    from sera.trainers.methods import METHODS
 
     checked = 0
     for folder in sorted(confirm.STUDY_DIR.iterdir()):
@@ -307,11 +322,11 @@ def test_an_arm_that_changes_the_training_is_stored_and_restored_under_its_own_n
     assert set(final["arm"]) == {"maxrl", "sera-rate", "sera-rate slow"}
     assert (final.groupby("arm").size() == p.config.n_val).all()  # one row per held-out maze
     study = tmp_path / "study" / "tiny"
-    before = {f.name: f.read_bytes() for f in study.iterdir()}
+    before = {f.name: f.read_bytes() for f in study.rglob("*") if f.is_file()}
     shutil.rmtree(config.out)
     monkeypatch.setattr(confirm.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
     assert confirm.store(p, tmp_path / "runs") == 3
-    assert {f.name: f.read_bytes() for f in study.iterdir()} == before
+    assert {f.name: f.read_bytes() for f in study.rglob("*") if f.is_file()} == before
     assert set(confirm.compare("tiny", ks=(1,))["arm"]) == {"sera-rate", "sera-rate slow"}
     with pytest.raises(ValueError, match="names an arm twice"):
         dataclasses.replace(p, arms=(("maxrl", None), ("maxrl", None)))

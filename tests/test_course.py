@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import sera
-from sera import course, release
+from sera.teaching import course, release
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = sorted((ROOT / "notebooks" / "exercises").glob("[0-9][0-9]_*.ipynb"))

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sera import confirm, diagnosis, runstore
+from sera import runstore
+from sera.studies import confirm, diagnosis
 
 KEYS = {"estimates": "history", "allocator": "waterline", "n0": 4, "agg": "token-mean"}
 
@@ -160,7 +161,7 @@ def test_drift_compares_each_run_with_its_own_start():
 def test_the_papers_selection_threshold_never_binds_on_the_stored_points():
     # U_MIN = 0.05 is chosen to leave every prompt active, as the paper reports (D.2.5); the
     # strong filter of sera-rate-safeguard (0.3) binds on the same estimates.
-    from sera.trainers.methods import SAFEGUARD, U_MIN
+    from sera.methods import SAFEGUARD, U_MIN
 
     runs = confirm.load("math-n0-4").allocations
     runs = runs[runs["arm"] == "sera-rate"]

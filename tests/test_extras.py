@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 SERVES = {
-    "notebooks": ["sera.widgets", "sera.notebooks", "sera.notebook_files", "sera.course",
-                  "sera.release", "sera.plotting"],
+    "notebooks": ["sera.teaching.widgets", "sera.teaching.notebooks",
+                  "sera.teaching.notebook_files", "sera.teaching.course", "sera.teaching.release",
+                  "sera.plotting"],
     "train": ["sera.trainers.cli", "sera.trainers.classification", "sera.trainers.maze",
               "sera.trainers.math", "sera.trainers.engines", "sera.tasks.classification",
               "sera.tasks.maze", "sera.tasks.math", "sera.models"],

@@ -24,7 +24,7 @@ def test_estimates_are_frozen_until_the_epoch_ends():
 
 
 def test_plan_falls_back_to_uniform_until_every_prompt_is_seen():
-    from sera.trainers import methods
+    from sera import methods
     from sera.trainers.config import AllocatorConfig
 
     history = sera.SuccessHistory(4)

@@ -25,7 +25,7 @@ from trl_two_processes import make_trainer, replay  # noqa: E402
 import sera  # noqa: E402
 from sera.integrations import gsm8k  # noqa: E402
 from sera.integrations import trl as plugin  # noqa: E402
-from sera.trainers.methods import U_MIN  # noqa: E402
+from sera.methods import U_MIN  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

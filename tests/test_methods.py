@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import sera
+from sera.methods import METHODS, estimate, plan, supported
 from sera.trainers.config import AllocatorConfig, RunConfig, differences
-from sera.trainers.methods import METHODS, estimate, plan, supported
 
 
 def test_every_method_plans_the_budget_from_its_own_estimates():
@@ -108,7 +108,7 @@ def test_config_keys_and_differences():
 
 
 def test_the_math_core_imports_without_torch():
-    code = ("import sys, sera, sera.analysis, sera.plotting, sera.history, sera.passk; "
+    code = ("import sys, sera, sera.studies.analysis, sera.plotting, sera.history, sera.passk; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
@@ -116,7 +116,7 @@ def test_the_math_core_imports_without_torch():
 
 
 def test_sera_is_the_papers_method_and_its_variants_carry_their_own_names():
-    from sera.trainers.methods import SAFEGUARD, U_MIN
+    from sera.methods import SAFEGUARD, U_MIN
 
     resolved = {name: AllocatorConfig().for_method(METHODS[name])
                 for name in ("sera", "sera-rate", "sera-rate-safeguard", "maxrl")}

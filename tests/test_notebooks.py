@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from sera import notebooks as runner
+from sera.teaching import notebooks as runner
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = runner.notebooks(ROOT / "notebooks")
@@ -200,12 +200,12 @@ def _printed(path) -> str:
 def test_exercises_run_with_and_without_solutions(path, tmp_path):
     # The source (the instructor's copy) passes every check; the student release, run as it is,
     # says "not done yet" at each.
-    from sera import release
+    from sera.teaching import release
 
     student = tmp_path / "student" / path.name
     student.parent.mkdir()
     nb = nbformat.read(path, as_version=4)
-    count = sum(cell.source.count("sera.course.check_") for cell in nb.cells[2:])
+    count = sum(cell.source.count("sera.teaching.course.check_") for cell in nb.cells[2:])
     nb.cells = [release.student_cell(cell) for cell in nb.cells]
     nbformat.write(nb, student)
     for source, solved in ((path, True), (student, False)):
@@ -289,7 +289,7 @@ def test_a_slider_cell_shows_its_initial_figure():
 
 
 def test_an_explorer_cell_shows_the_figure_it_displayed():
-    # a sera.widgets explorer displays its initial figure as a PNG beside its widget view
+    # a sera.teaching.widgets explorer displays its initial figure as a PNG beside its widget view
     png = "iVBORw0KGgo="
     view = {"output_type": "display_data", "metadata": {}, "data": {
         "application/vnd.jupyter.widget-view+json": {"model_id": "box", "version_major": 2,

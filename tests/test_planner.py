@@ -8,8 +8,8 @@ import pytest
 
 import sera
 from sera.integrations.planner import HISTORY_FILE, Planner
+from sera.methods import U_MIN
 from sera.trainers.config import AllocatorConfig
-from sera.trainers.methods import U_MIN
 
 
 def _run(planner: Planner, steps: int, batch: int, rng, p, keyed: bool):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-import sera.analysis
 import sera.plotting as splot
+import sera.studies.analysis
 
 
 @pytest.mark.parametrize("p, n", [(0.01, 2), (0.1, 8), (0.99, 64), (0.5, 3)])
@@ -66,11 +66,11 @@ def test_safeguard_slider(u_min):
 
 
 def test_table_figures_draw():
-    table = sera.analysis.compare_rounding(instances=60, seed=1)
+    table = sera.studies.analysis.compare_rounding(instances=60, seed=1)
     assert isinstance(splot.plot_rounding_gap(table), Figure)
-    conc = sera.analysis.budget_concentration([1e-4, 1e-2], [0.2, 0.5], budget=24)
+    conc = sera.studies.analysis.budget_concentration([1e-4, 1e-2], [0.2, 0.5], budget=24)
     assert isinstance(splot.plot_budget_concentration(conc), Figure)
-    study = sera.analysis.reweighting_study([0.05, 0.3, 0.7], n0=4, draws=500)
+    study = sera.studies.analysis.reweighting_study([0.05, 0.3, 0.7], n0=4, draws=500)
     assert isinstance(splot.plot_reweighting(study), Figure)
     for fig in (splot.plot_kappa_curves(), splot.plot_rollouts_for_fidelity(),
                 splot.plot_mixed_probability(), splot.plot_allocation_vs_success(batch=16)):
@@ -205,7 +205,7 @@ def test_comparison_figures_draw():
 
 def test_one_style_per_method_and_no_grey_fallback():
     from sera.allocation import METHODS as ALLOCATION_METHODS
-    from sera.trainers.methods import METHODS
+    from sera.methods import METHODS
 
     names = set(METHODS) | set(ALLOCATION_METHODS)
     assert names <= set(splot.STYLES), names - set(splot.STYLES)
@@ -220,7 +220,7 @@ def test_one_style_per_method_and_no_grey_fallback():
 
 
 def _regime_gains():
-    from sera import simulate
+    from sera.studies import simulate
 
     p0 = np.random.default_rng(0).beta(0.5, 2, 32)
     base = simulate.SimulationConfig(eval_every=4, batch_size=8)
@@ -313,7 +313,7 @@ def test_confirmation_figure_has_one_panel_per_arm_and_every_seed():
 def test_departure_figure_draws_each_source_and_band():
     import pandas as pd
 
-    from sera import diagnosis
+    from sera.studies import diagnosis
 
     rows = []
     for source in ("measured", "simulated"):

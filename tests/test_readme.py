@@ -60,10 +60,10 @@ def test_readme_quick_start_commands_are_ones_the_project_runs():
 
 
 def test_make_course_writes_both_releases(tmp_path):
-    from sera import release
+    from sera.teaching import release
 
     makefile = (ROOT / "Makefile").read_text()
-    assert "course: $(STAMP)\n\t$(BIN)/python -m sera.release build/course\n" in makefile
+    assert "course: $(STAMP)\n\t$(BIN)/python -m sera.teaching.release build/course\n" in makefile
     assert release.main([str(tmp_path)]) == 0
     assert (tmp_path / "student" / "exercises" / "01_kappa_and_advantages.ipynb").exists()
     assert (tmp_path / "instructor" / "exercises" / "01_kappa_and_advantages.ipynb").exists()

@@ -21,6 +21,9 @@ def test_an_atomic_write_replaces_the_file_whole_or_not_at_all(tmp_path):
         raise RuntimeError("crash while writing")
     assert path.read_text() == "old\n"
     assert [p.name for p in tmp_path.iterdir()] == ["table.csv"]  # no scratch file left
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    assert path.stat().st_mode == plain.stat().st_mode  # the permissions of any new file
 
 
 def test_a_compressed_table_gives_the_same_bytes_each_time(tmp_path):

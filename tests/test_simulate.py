@@ -1,5 +1,6 @@
-"""The model-free simulator (sera.simulate): one step's expected update against kappa, through the
-package's own loop, allocator and advantages; tables, pairing and the stored profiles."""
+"""The model-free simulator (sera.studies.simulate): one step's expected update against kappa,
+through the package's own loop, allocator and advantages; tables, pairing and the stored
+profiles."""
 
 import dataclasses
 
@@ -8,8 +9,9 @@ import pandas as pd
 import pytest
 
 import sera
-from sera import simulate
+from sera.studies import simulate
 from sera.trainers import loop
+from sera.trainers.profiles import load_profiles
 
 
 def _one_step(tmp_path, method: str, p0, n0: int, lr: float = 0.5):
@@ -87,7 +89,7 @@ def test_harder_divides_the_odds_and_profiles_are_stored():
     p = np.array([0.5, 0.2, 0.9])
     q = simulate.harder(p, 4.0)
     np.testing.assert_allclose(q / (1 - q), p / (1 - p) / 4)
-    profiles = simulate.load_profiles()
+    profiles = load_profiles()
     assert {"digits", "maze", "math"} <= set(profiles)
     for values in profiles.values():
         assert values.size >= 100 and ((values >= 0) & (values <= 1)).all()
@@ -160,8 +162,23 @@ def test_the_simulator_plotting_and_diagnosis_import_without_torch():
     import subprocess
     import sys
 
-    code = ("import sys, sera.simulate, sera.plotting, sera.diagnosis, sera.results; "
+    code = ("import sys, sera.studies.simulate, sera.plotting, sera.studies.diagnosis, "
+            "sera.results; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True).stdout.strip()
     assert loaded == "[]"
+
+
+def test_worker_processes_give_the_same_map():
+    p0 = np.random.default_rng(5).beta(0.5, 1.5, 24)
+    base = simulate.SimulationConfig(batch_size=8, eval_every=10, steps=20, seed=1)
+    one = simulate.regime_map(p0, [4, 8], 20, repetitions=2, base=base)
+    two = simulate.regime_map(p0, [4, 8], 20, repetitions=2, base=base, processes=2)
+    pd.testing.assert_frame_equal(one, two)
+    draws = np.vstack([p0, p0[::-1]])
+    pd.testing.assert_frame_equal(simulate.regime_map_over(draws, [4], 20, base=base),
+                                  simulate.regime_map_over(draws, [4], 20, base=base,
+                                                           processes=2))
+    with pytest.raises(ValueError, match="processes"):
+        simulate.regime_map(p0, [4], 20, base=base, processes=0)

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sera import confirm, tuning
+from sera.studies import confirm, tuning
 from sera.tasks.classification import hold_out, load_data
 from sera.trainers import classification, maze
 

@@ -8,7 +8,7 @@ import pytest
 from matplotlib.figure import Figure
 
 ipywidgets = pytest.importorskip("ipywidgets")
-import sera.widgets  # noqa: E402
+import sera.teaching.widgets  # noqa: E402
 
 
 def _controls(explorer):
@@ -26,9 +26,9 @@ def _move(explorer, widget, value):
     return seconds
 
 
-@pytest.mark.parametrize("name", sorted(sera.widgets.EXPLORERS))
+@pytest.mark.parametrize("name", sorted(sera.teaching.widgets.EXPLORERS))
 def test_every_control_redraws_at_its_ends(name):
-    explorer = sera.widgets.EXPLORERS[name]()
+    explorer = sera.teaching.widgets.EXPLORERS[name]()
     assert isinstance(explorer.figure, Figure) and explorer.figure.canvas in explorer.children
     controls = _controls(explorer).values()
     assert all(getattr(control, "continuous_update", True) for control in controls)
@@ -49,7 +49,7 @@ def test_every_control_redraws_at_its_ends(name):
     ("safeguard", [("n0", 32), ("n_max", 8)]),
 ])
 def test_linked_sliders_never_reach_an_infeasible_budget(name, moves):
-    explorer = sera.widgets.EXPLORERS[name]()
+    explorer = sera.teaching.widgets.EXPLORERS[name]()
     controls = _controls(explorer)
     for key, value in moves:
         _move(explorer, controls[key], value)
@@ -69,13 +69,13 @@ def test_an_infeasible_setting_shows_a_message_not_a_traceback():
 
 
 def test_regime_explorer_moves_over_every_simulated_setting():
-    from sera import simulate
+    from sera.studies import simulate
 
     p0 = [0.02, 0.1, 0.3, 0.6] * 4
     base = simulate.SimulationConfig(eval_every=4, batch_size=4)
     table = simulate.regime_map(p0, [4], steps=8, repetitions=2, base=base)
     sweep = simulate.predicted_gain(table).assign(profile="toy", n_min=2, difficulty=1.0)
-    explorer = sera.widgets.regime_explorer(sweep)
+    explorer = sera.teaching.widgets.regime_explorer(sweep)
     for control in _controls(explorer).values():
         assert " " in control.description
         for value in [v for _, v in control.options]:
@@ -86,24 +86,24 @@ def test_an_explorer_shows_its_initial_figure_and_a_rerun_closes_the_old_one():
     import base64
     import gc
 
-    first = sera.widgets.kappa_explorer()
+    first = sera.teaching.widgets.kappa_explorer()
     bundle = first._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in bundle  # live in JupyterLab
     assert base64.b64decode(bundle["image/png"]).startswith(b"\x89PNG")  # static elsewhere
     gc.collect()
     alive = len(ipywidgets.widgets.widget._instances)
     for _ in range(3):
-        sera.widgets.kappa_explorer()  # the cell run again
+        sera.teaching.widgets.kappa_explorer()  # the cell run again
     gc.collect()
     assert first.comm is None and first.figure.canvas.comm is None
     assert len(ipywidgets.widgets.widget._instances) == alive  # nothing piles up
 
 
-@pytest.mark.parametrize("name", sorted(sera.widgets.EXPLORERS))
+@pytest.mark.parametrize("name", sorted(sera.teaching.widgets.EXPLORERS))
 def test_the_live_figure_is_the_figure_a_cell_draws(name):
     # redrawn in place, the explorer's figure has the same pixels as a fresh call of its plot
     # drawn once on screen as well (a second draw of a figure can move a pixel or two)
-    explorer = sera.widgets.EXPLORERS[name]()
+    explorer = sera.teaching.widgets.EXPLORERS[name]()
     for control in _controls(explorer).values():
         _move(explorer, control, list(control.options)[-1] if hasattr(control, "options")
               else control.max)

@@ -11,10 +11,10 @@ import os
 
 import numpy as np
 
-from sera import runstore
+from sera import methods, runstore
 from sera.allocation import Allocation
 from sera.estimators import maxrl_advantages, multiplicity_weights
-from sera.trainers import methods
+from sera.timing import timed
 from sera.trainers.config import AllocatorConfig, as_dict, differences
 
 HISTORY_FILE = "sera_history.json"
@@ -38,7 +38,7 @@ class Planner:
         planned and recorded. None: the caller calls `end_epoch()` itself.
     method : str
         `sera` (the paper's SERA, the default) or a variant such as `sera-rate`
-        (sera.trainers.methods.METHODS).
+        (sera.methods.METHODS).
 
     Each planned prompt carries a key (its row, or a framework id such as verl's uid) until its
     outcomes are recorded; `record` ignores keys that were never planned (verl's padding rows).
@@ -73,6 +73,7 @@ class Planner:
         self.last: Allocation | None = None
         self.last_plan: dict | None = None  # the last batch: rows, counts, fallback (checkpointed)
 
+    @timed
     def plan(self, rows, keys=None) -> Allocation:
         """The allocation of the budget len(rows) * n0 over the batch's rows.
 
@@ -127,6 +128,7 @@ class Planner:
                              f"as the run that wrote the checkpoint")
         return np.asarray(self.last_plan["counts"], dtype=np.int64), self.last_plan["fallback"]
 
+    @timed
     def record(self, keys, rewards) -> int:
         """Queue the outcome of each response under its prompt's key.
 
@@ -160,6 +162,7 @@ class Planner:
             self._fold_if_epoch_done()
         return int((~known).sum())
 
+    @timed
     def end_epoch(self) -> None:
         """Fold the epoch's outcomes into the estimates (the data loader finished an epoch)."""
         self.history.end_epoch()

@@ -1,3 +1,4 @@
+
 """SERA inside TRL: `SeraGRPOTrainer`, a GRPOTrainer whose prompts get their own rollout counts.
 
     from sera.integrations.gsm8k import trl_reward
@@ -73,6 +74,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from sera.integrations.planner import HISTORY_FILE, Planner, grouped_weighted_maxrl
+from sera.timing import timed
 from sera.trainers.config import AllocatorConfig
 
 TRL_VERSION = "1.16.0"
@@ -239,6 +241,7 @@ class SeraGRPOTrainer(GRPOTrainer):
         sampler.__class__ = EpochRepeatSampler  # same arguments, an order fixed by the epoch
         return sampler
 
+    @timed
     def sera_plan(self, ids: np.ndarray):
         """The allocation of this step's budget len(ids) * n0 over its prompts (all processes)."""
         return self.sera_planner.plan(ids)

@@ -250,7 +250,7 @@ class SeraTrainerSync(PPOTrainerSync):
                                          frame.column_names else [None] * len(frame))
             # The paper's sera with its selection off (u_min 0): verl's replay buffer waits for
             # every prompt it was sent, and at the paper's u_min (0.05) the selection dropped no
-            # prompt along any stored run (sera.diagnosis.selection_binding).
+            # prompt along any stored run (sera.studies.diagnosis.selection_binding).
             allocator = dataclasses.replace(allocator_from_config(self.config), u_min=0.0)
             self._sera = Planner(len(self._sera_rows),
                                  int(self.config.actor_rollout_ref.rollout.n), allocator,

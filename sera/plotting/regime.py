@@ -1,6 +1,6 @@
 """Figures of the regime map (notebooks/08_when_sera_helps.ipynb): where the simulator predicts
 that SERA beats MaxRL, the starting difficulty it depends on, and why (mixed groups, budget on
-p ~ 0). Inputs are sera.simulate's tables with a `profile` column added."""
+p ~ 0). Inputs are sera.studies.simulate's tables with a `profile` column added."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def _grid(part: pd.DataFrame, value: str):
 def plot_regime_map(gains: pd.DataFrame, k: int = 1, limit: float | None = None):
     """Predicted SERA - MaxRL Pass@K as heat maps over (steps, N0), one panel per profile;
     each cell prints the gain in percentage points, and a dot marks cells whose interval over
-    the repetitions excludes 0. gains: sera.simulate.predicted_gain rows with a profile column."""
+    the repetitions excludes 0. gains: sera.studies.simulate.predicted_gain rows with a profile
+    column."""
     part = gains[gains["k"] == k]
     part = part[part["step"] > 0]
     if part.empty:
@@ -113,7 +114,7 @@ def plot_confirmation(table: pd.DataFrame, title: str = ""):
     one row per point when the table has a point column): the simulator's prediction, written
     before the runs (grey diamond and interval over its repetitions), and the real runs' mean
     (dot), Student-t 95% interval over seeds (bar; none with fewer than 3 seeds) and each
-    seed's paired difference (hollow dots). table: sera.confirm.compare(_points) rows."""
+    seed's paired difference (hollow dots). table: sera.studies.confirm.compare(_points) rows."""
     if table.empty:
         return message_figure("no stored runs to compare")
     table = table if "point" in table.columns else table.assign(point="")
@@ -176,8 +177,9 @@ def plot_departure(curves: pd.DataFrame, bands: pd.DataFrame, title: str = ""):
     """The training prompts of one point, real runs (solid) beside the simulator's (dashed):
     success rate of the prompts visited per epoch, share of rollouts in mixed groups per epoch
     (means over seeds), and each arm's last-epoch success minus MaxRL's per warm-up difficulty
-    band with its Student-t interval over seeds. curves: sera.diagnosis.training_curves rows,
-    bands: sera.diagnosis.band_gains rows, each with a `source` column (measured, simulated)."""
+    band with its Student-t interval over seeds. curves: sera.studies.diagnosis.training_curves
+    rows, bands: sera.studies.diagnosis.band_gains rows, each with a `source` column (measured,
+    simulated)."""
     if curves.empty or bands.empty:
         return message_figure("no training rollouts to compare")
     fig, axes = new_figure(ncols=3, width=3.4, height=2.9, squeeze=False)
@@ -259,7 +261,7 @@ def plot_arms(table: pd.DataFrame, ks=(1, 8), title: str = ""):
     """Each arm's gain over MaxRL at each K (one panel per K), arms down the page: the mean over
     seeds (dot) with its Student-t 95% interval (bar; none with fewer than 3 seeds), each seed's
     paired difference (hollow dots) and the simulator's prediction where the arm has one (grey
-    diamond). table: sera.confirm.compare rows of one point."""
+    diamond). table: sera.studies.confirm.compare rows of one point."""
     table = table[table["k"].isin(ks)]
     if table.empty:
         return message_figure("no stored runs to compare")

@@ -25,7 +25,7 @@ class Style:
     (a rule that samples in rounds) or allocation (sera.allocate's own names)."""
 
 
-# Every method of sera.trainers.methods.METHODS and sera.allocation.METHODS, in legend order. A
+# Every method of sera.methods.METHODS and sera.allocation.METHODS, in legend order. A
 # rule and its `-maxrl` variant share a colour; the variant is dashed. The SERA family is red and
 # told apart by lightness and line: the paper's sera solid, sera-oracle light and dash-dotted,
 # the package's rate-rule variant orange-red and dashed, with its strong safeguard dark and dotted.
@@ -153,8 +153,8 @@ _TARGETS: list = []  # figures that new_figure redraws into, innermost last (see
 @contextlib.contextmanager
 def drawing_into(fig):
     """Inside this block new_figure clears and reuses `fig` (keeping its size) instead of making
-    a figure: a live slider (sera.widgets) redraws the one figure its canvas shows through the
-    same plot functions as the figure cells."""
+    a figure: a live slider (sera.teaching.widgets) redraws the one figure its canvas shows
+    through the same plot functions as the figure cells."""
     _TARGETS.append(fig)
     try:
         yield fig

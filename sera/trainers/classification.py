@@ -26,11 +26,11 @@ import torch
 
 from sera import models
 from sera.fidelity import kappa
+from sera.methods import METHODS, supported
 from sera.passk import k_grid, pass_at_k_analytic
 from sera.tasks.classification import fetch, hold_out, load_data
 from sera.trainers import checkpoint, cli, label_rollouts, loop
 from sera.trainers.config import AllocatorConfig, RunConfig, as_dict, from_dict
-from sera.trainers.methods import METHODS, supported
 
 __all__ = ["AllocatorConfig", "ClassificationConfig", "ClassificationStudy", "PRESETS",
            "history_snapshot", "main", "run_grid", "supported", "train"]
@@ -46,7 +46,7 @@ class ClassificationConfig(RunConfig):
     method: ClassificationMethod = "sera"
     """ce (the exact likelihood), maxrl, grpo, rloo, sera (waterline on historical estimates),
     sera-oracle (waterline on the exact p), or a rule SERA is compared with (see
-    sera.trainers.methods)."""
+    sera.methods)."""
     data: Literal["digits", "cifar", "imagefolder"] = "digits"
     """digits (bundled with scikit-learn), cifar (a local python-format folder) or imagefolder
     (train/<class>/ and val/<class>/, e.g. ImageNet)."""
@@ -65,7 +65,7 @@ class ClassificationConfig(RunConfig):
     tune_fraction: float = 0.0
     """Share of the training images held out as a tuning split (never trained on, apart from
     the validation images) whose final Pass@K (metric tune_pass) chooses a learning rate in
-    sera.tuning; 0: none."""
+    sera.studies.tuning; 0: none."""
     val_k: tuple[int, ...] = (1, 16, 128)
     """K values of validation Pass@K along training."""
     device: str = "auto"

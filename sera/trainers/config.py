@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sera.history import SuccessHistory
+from sera.methods import METHODS
 from sera.tables import RUN_KEYS
-from sera.trainers.methods import METHODS
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class AllocatorConfig:
     """Integerization of the waterline: the paper's rule or the exact integer max-min."""
     u_min: float | None = None
     """Observability-guided selection: keep the largest prefix with U(p, N_q) >= u_min. None: the
-    method's own (`sera`: the paper's selection at sera.trainers.methods.U_MIN; `sera-rate`:
+    method's own (`sera`: the paper's selection at sera.methods.U_MIN; `sera-rate`:
     off); 0 turns it off."""
     history_rule: Literal["rate", "counts"] | None = None
     """How an epoch's outcomes enter the historical estimate (see sera.SuccessHistory). None:
@@ -77,7 +77,7 @@ class RunConfig:
     """Fields every trainer has: the method, the budget, the schedule and where results go."""
 
     method: str = "sera"
-    """A name from sera.trainers.methods.METHODS (the trainer lists the ones it supports)."""
+    """A name from sera.methods.METHODS (the trainer lists the ones it supports)."""
     n0: int = 16
     """Rollouts per prompt under uniform allocation; the budget of a batch is its size * n0."""
     batch_size: int = 64

@@ -7,7 +7,7 @@ measurement; `fit` supplies the rest, the same way for all of them:
         at the end of an epoch: fold the outcomes into the history   (estimates change only here)
         every eval_every steps: evaluate
         draw the next batch (each epoch is a permutation; its last batch may be smaller)
-        the method's protocol gets the rollouts: plan and sample once (sera.trainers.methods), or
+        the method's protocol gets the rollouts: plan and sample once (sera.methods), or
             sample in rounds (sera.trainers.protocols)
         study.update: one optimizer step on the rollouts the protocol kept
         record the outcomes, the counts and the diagnostics
@@ -31,10 +31,11 @@ import pandas as pd
 
 from sera import runstore
 from sera.allocation import Allocation
+from sera.methods import METHODS, estimate, plan
 from sera.tables import ALLOCATION_COLUMNS, Results
+from sera.timing import timed
 from sera.trainers import checkpoint
 from sera.trainers.config import RunConfig, as_dict, defaults
-from sera.trainers.methods import METHODS, estimate, plan
 from sera.trainers.protocols import PROTOCOLS, GenerationLimit, Outcome
 
 
@@ -132,6 +133,7 @@ class Run:
             size -= ids.size
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
+    @timed
     def plan(self, ids: np.ndarray, exact: np.ndarray | None = None) -> Allocation | None:
         """The batch's Allocation through the method table, from the method's estimates (the
         task's exact p for sera-oracle)."""

@@ -35,7 +35,8 @@ class MazeConfig(sequence.SequenceConfig):
     """Held-out mazes, disjoint from training by layout (400 in the paper)."""
     n_tune: int = 0
     """Tuning mazes, distinct from the others and never trained on; their final Pass@K (metric
-    tune_pass) chooses a learning rate in sera.tuning without touching the held-out mazes."""
+    tune_pass) chooses a learning rate in sera.studies.tuning without touching the held-out
+    mazes."""
     allocator: AllocatorConfig = dataclasses.field(
         default_factory=lambda: AllocatorConfig(n_max_factor=4))
     """The allocator and its estimates (N_max = 4 n0 here)."""

@@ -1,7 +1,8 @@
 """Difficulty profiles: each training prompt's success probability under a study's starting model.
 
-The simulator (`sera.simulate`) starts from these; the confirmation points measure their own
-(`sera.confirm`). Measuring needs the trainers and torch, which the simulator itself does not.
+The simulator (`sera.studies.simulate`) starts from these; the confirmation points measure
+their own (`sera.studies.confirm`). Reading them needs pandas only; measuring needs the trainers
+and torch, imported when a profile is measured.
 
     python -m sera.simulate --profiles    # data/difficulty_profiles.csv, a few minutes
 """
@@ -10,12 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sera import runstore
-from sera.simulate import PROFILES_FILE
+
+PROFILES_FILE = Path(__file__).resolve().parents[2] / "data" / "difficulty_profiles.csv"
+
+
+def load_profiles(path=PROFILES_FILE) -> dict[str, np.ndarray]:
+    """The stored difficulty profiles: study name -> each training prompt's success probability
+    under the study's starting model."""
+    table = pd.read_csv(path, comment="#")
+    return {name: part["p"].to_numpy() for name, part in table.groupby("study", sort=False)}
 
 
 def measure_profiles(samples: int = 32, out=PROFILES_FILE, progress: bool = True) -> pd.DataFrame:

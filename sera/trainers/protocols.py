@@ -178,11 +178,7 @@ def probe_commit(run, study, ids, probe: int = 2, commit_above: float = 0.8,
             if 0 < hits < k:
                 committed.append(q)
             elif k < n0:
-                a, b = a_prior[q], b_prior[q]
-                if hits == 0:
-                    mixed = 1 - np.exp(betaln(a, b + n0) - betaln(a, b + k))
-                else:
-                    mixed = 1 - np.exp(betaln(a + n0, b) - betaln(a + k, b))
+                mixed = _mixed_chance(a_prior[q], b_prior[q], k, hits, n0)
                 if mixed >= commit_above:
                     committed.append(q)
                 elif mixed > abandon_below:
@@ -202,6 +198,15 @@ def probe_commit(run, study, ids, probe: int = 2, commit_above: float = 0.8,
     run.log("committed", kept.size)
     allocation = from_counts(run.history.estimate(kept)[0], counts, n0, "probe-commit")
     return Outcome(kept, allocation, successes, study.exact_p(kept), sampled)
+
+
+def _mixed_chance(a: float, b: float, k: int, hits: int, n0: int) -> float:
+    """The Beta(a, b) posterior's chance that a group of n0 whose first k rollouts all failed
+    (hits 0) or all succeeded (hits k) ends mixed: 1 - B(a, b + n0) / B(a, b + k), or
+    1 - B(a + n0, b) / B(a + k, b)."""
+    if hits == 0:
+        return float(1 - np.exp(betaln(a, b + n0) - betaln(a, b + k)))
+    return float(1 - np.exp(betaln(a + n0, b) - betaln(a + k, b)))
 
 
 def _sample(run, study, order, counts, drawn, sampled):

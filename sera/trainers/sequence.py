@@ -20,12 +20,12 @@ import pandas as pd
 import torch
 
 from sera import runstore
+from sera.methods import METHODS, supported
 from sera.passk import k_grid, pass_at_k
 from sera.trainers import loop
 from sera.trainers.checkpoint import fingerprint
 from sera.trainers.config import RunConfig
 from sera.trainers.engines import Engine, Sampling, TransformersEngine
-from sera.trainers.methods import METHODS, supported
 from sera.trainers.token_loss import sequence_loss
 
 SequenceMethod = Literal[supported(exact=False)]
@@ -51,7 +51,7 @@ class SequenceConfig(RunConfig):
 
     method: SequenceMethod = "sera"
     """maxrl, grpo, rloo (n0 rollouts each), sera (waterline on historical estimates), or a
-    rule SERA is compared with (see sera.trainers.methods)."""
+    rule SERA is compared with (see sera.methods)."""
     n0: int = 8
     batch_size: int = 16
     steps: int = 60

@@ -1,8 +1,8 @@
 """Run the notebooks in order with papermill and regenerate every figure: `make figures`.
 
-    python -m sera.notebooks [--profile fast|long] [--only 02] [--figures DIR]
-    python -m sera.notebooks --strip      # remove outputs before committing (make clean-notebooks)
-    python -m sera.notebooks --site       # static HTML of the executed notebooks (make site)
+    python -m sera.teaching.notebooks [--profile fast|long] [--only 02] [--figures DIR]
+    python -m sera.teaching.notebooks --strip   # remove outputs before committing
+    python -m sera.teaching.notebooks --site    # static HTML of the executed notebooks
 
 Executed copies go to build/notebooks/ (outside git); figures go to figures/. Each notebook
 declares the figures it writes in its metadata (metadata.sera.figures: name and the
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import nbformat
 
-from sera.notebook_files import (  # noqa: F401 (the runner's public names)
+from sera.teaching.notebook_files import (  # noqa: F401 (the runner's public names)
     KEPT_NOTEBOOK_METADATA,
     ROOT,
     notebooks,
@@ -68,7 +68,7 @@ def executed_copy(path: Path, executed: Path):
     """The executed copy of a notebook, read; raises RuntimeError naming the notebook and the
     command that runs it when there is none or it was not run to the end."""
     run = executed / path.name
-    command = f"python -m sera.notebooks --only {path.name[:2]}"
+    command = f"python -m sera.teaching.notebooks --only {path.name[:2]}"
     if not run.exists():
         raise RuntimeError(f"{path.name} has not been run: no {run}. Run `make figures` (all "
                            f"notebooks) or `{command}`, then build the site again.")
@@ -86,8 +86,8 @@ SLIDER_NOTE = ("*The sliders are live in JupyterLab; here is the figure at their
 
 def static_sliders(nb) -> int:
     """Replace each widget output by the figure its widget showed when the notebook ran (the PNG
-    a sera.widgets explorer displays beside its widget, else the widget state papermill stores)
-    and a note that the sliders are live in JupyterLab; drop the widget state. Returns the
+    a sera.teaching.widgets explorer displays beside its widget, else the widget state papermill
+    stores) and a note that the sliders are live in JupyterLab; drop the widget state. Returns the
     number of slider cells replaced."""
     key = "application/vnd.jupyter.widget-state+json"
     state = nb.metadata.pop("widgets", {}).get(key, {}).get("state", {})
@@ -176,7 +176,7 @@ def build_site(executed: Path | None = None, output: Path | None = None,
     (RuntimeError naming it and the command). Returns the written pages."""
     from nbconvert import HTMLExporter
 
-    from sera.release import student_notebook
+    from sera.teaching.release import student_notebook
 
     source = source or ROOT / "notebooks"
     executed = executed or ROOT / "build" / "notebooks"

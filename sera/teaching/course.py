@@ -5,7 +5,7 @@ hint when something is off, never a traceback. Each returns a Feedback as well, 
 A stub that still raises NotImplementedError is reported as "not done yet"; a function that calls
 sera itself is not a solution. Hints say what is wrong, not what is right: the expected values
 and the formula are added only with answers=True (self-study; a graded class leaves it off).
-The reference solutions are the exercise notebooks' solution cells (sera.release).
+The reference solutions are the exercise notebooks' solution cells (sera.teaching.release).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The project's notebooks on disk: which there are, in order, and their stored copies kept clean.
 
-Below the runner (sera.notebooks) and the course release (sera.release), which both read them.
+Below the runner (sera.teaching.notebooks) and the course release (sera.teaching.release), which
+both read them.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The simulator predicts Pass@K on its own training prompts, each an independent l
 its own rollouts. The real runs are scored on held-out prompts, by a model whose prompts share
 every parameter. Both kinds of run store the same allocations table (one row per prompt visit:
 step, epoch, rollouts, successes), so the training prompts can be compared like for like (the
-simulator's allocations for a point's arms come from `sera.confirm.simulated_allocations`):
+simulator's allocations for a point's arms come from `sera.studies.confirm.simulated_allocations`):
 
 - `training_curves`: per epoch, the success rate on the training prompts visited (a Pass@1 on
   the training set, measured on-policy) and the share of the budget that landed in mixed groups,

@@ -33,6 +33,7 @@ from sera.estimators import (
 )
 from sera.fidelity import kappa
 from sera.history import SuccessHistory
+from sera.timing import timed
 
 U_MIN = 0.05
 """The paper's SERA keeps a prompt only while its group is at least this likely to be mixed,
@@ -102,6 +103,13 @@ def clipped_grpo_advantages(rewards, groups=None, *, sizes=None, bound: float = 
 
 
 def _entries():
+    """Every method: the likelihood and uniform baselines, SERA and its variants, then the rules
+    SERA is compared with."""
+    yield from _own_entries()
+    yield from _compared_entries()
+
+
+def _own_entries():
     yield Method("ce", "none", "none", None,
                  "cross-entropy: the exact likelihood gradient, where the task knows p")
     yield Method("maxrl", "none", "uniform", maxrl_advantages,
@@ -124,6 +132,9 @@ def _entries():
     yield Method("reweight", "history", "reweight", maxrl_advantages,
                  "inverse-fidelity reweighting: n0 each, MaxRL x 1 / kappa(p_hat, n0) on the "
                  "rate rule's estimates", history_rule="rate")
+
+
+def _compared_entries():
     yield Method("knapsack", "history", "knapsack", clipped_grpo_advantages,
                  "Knapsack RL: its allocator on last-epoch rates (cap 16 n0), GRPO (clipped at "
                  "5), no weights", weighted=False, estimator="last-epoch", n_max_factor=16)
@@ -180,6 +191,7 @@ def supported(exact: bool) -> tuple[str, ...]:
                  if (m.estimates != "exact" and m.allocator != "none") or exact)
 
 
+@timed
 def estimate(method: Method, history: SuccessHistory, ids: np.ndarray,
              exact: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(p, available): the success estimates a method plans the batch from, read once. exact
@@ -199,6 +211,7 @@ def estimate(method: Method, history: SuccessHistory, ids: np.ndarray,
     return p, available
 
 
+@timed
 def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndarray,
          available: np.ndarray | None = None, state: dict | None = None,
          history: SuccessHistory | None = None) -> Allocation | None:

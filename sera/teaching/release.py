@@ -1,7 +1,7 @@
 """The course releases from one source (`make course`): a student release without solutions and
 an instructor release with them, nbgrader-style.
 
-    python -m sera.release build/course
+    python -m sera.teaching.release build/course
 
 The exercise notebooks (notebooks/exercises/) mark what only the instructor sees, the way nbgrader
 does: in a code cell, the lines between `### BEGIN SOLUTION` and `### END SOLUTION` become
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from sera.notebook_files import ROOT, notebooks, strip
+from sera.teaching.notebook_files import ROOT, notebooks, strip
 
 _SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*\n?",
                        re.M | re.S)

@@ -42,8 +42,11 @@ def _int(value, low, high, label):
 
 
 @functools.cache
-@functools.cache
 def _explorer_class():
+    """The Explorer class, made on first use: its base and canvas come from ipywidgets and
+    ipympl, and importing ipympl's backend switches matplotlib's backend for the whole process,
+    which only a live notebook wants (so the class lives in this function, not at module level;
+    its drawing and closing work in the module's functions below)."""
     import ipywidgets as widgets
     from ipympl.backend_nbagg import Canvas, FigureManager
 
@@ -97,24 +100,14 @@ def _explorer_class():
                 if self._collector is None:
                     self._collector = gc.isenabled()
                     gc.disable()
-                for ax in figure.axes:
-                    figure.delaxes(ax)
-                gc.collect(0)
+                _clear_axes(figure)
             with drawing_into(figure):
                 try:
                     self.plot(**self.values())
                 except ValueError as error:  # a setting the plot rejects: say why, no traceback
                     splot.message_figure(str(error))
             self.draws += 1
-            if loop is None or len(laid_out) != len(figure.axes):
-                figure.canvas.draw()
-            else:
-                engine = figure.get_layout_engine()
-                figure.set_layout_engine("none")
-                for ax, box in zip(figure.axes, laid_out, strict=True):
-                    ax.set_position(box)
-                figure.canvas.draw()
-                figure.set_layout_engine(engine)
+            _draw(figure, laid_out if loop is not None else None)
             if loop is not None:
                 if self._settle is not None:
                     self._settle.cancel()
@@ -136,18 +129,7 @@ def _explorer_class():
             if self._settle is not None:
                 self._settle.cancel()
             self._release_collector()
-            stack, seen = [self], set()
-            while stack:
-                widget = stack.pop()
-                if id(widget) in seen:
-                    continue
-                seen.add(id(widget))
-                for name in widget.keys:
-                    value = getattr(widget, name)
-                    values = value if isinstance(value, (list, tuple)) else [value]
-                    stack += [v for v in values if isinstance(v, widgets.Widget)]
-                if widget is not self:
-                    widget.close()
+            _close_children(self)
             super().close()
 
         def _repr_mimebundle_(self, **kwargs):
@@ -158,6 +140,47 @@ def _explorer_class():
             return bundle
 
     return Explorer
+
+
+def _clear_axes(figure) -> None:
+    """Remove the figure's axes and collect the youngest generation, where the last frame's
+    artists have just become garbage."""
+    for ax in figure.axes:
+        figure.delaxes(ax)
+    gc.collect(0)
+
+
+def _draw(figure, laid_out) -> None:
+    """Draw the figure; with laid_out (the axes' positions before the frame, one per axes),
+    keep them instead of laying the figure out again."""
+    if laid_out is None or len(laid_out) != len(figure.axes):
+        figure.canvas.draw()
+        return
+    engine = figure.get_layout_engine()
+    figure.set_layout_engine("none")
+    for ax, box in zip(figure.axes, laid_out, strict=True):
+        ax.set_position(box)
+    figure.canvas.draw()
+    figure.set_layout_engine(engine)
+
+
+def _close_children(root) -> None:
+    """Close every widget root holds (sliders, canvas, layouts, styles, the toolbar), found
+    through the widgets' traits: closing a box alone leaves them registered in the kernel."""
+    import ipywidgets as widgets
+
+    stack, seen = [root], set()
+    while stack:
+        widget = stack.pop()
+        if id(widget) in seen:
+            continue
+        seen.add(id(widget))
+        for name in widget.keys:
+            value = getattr(widget, name)
+            values = value if isinstance(value, (list, tuple)) else [value]
+            stack += [v for v in values if isinstance(v, widgets.Widget)]
+        if widget is not root:
+            widget.close()
 
 
 def _explore(plot, key=None, **controls):
