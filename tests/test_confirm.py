@@ -302,7 +302,12 @@ def test_every_stored_sera_run_is_labelled_by_the_variant_it_ran():
                                      if k != "history_prior"}).for_method(method)
             assert ran.history_rule == method.history_rule, record["run"]
             assert (ran.u_min or None) == method.u_min, record["run"]
-            assert record["run"].split("/")[-1].startswith(config["method"] + "_")
+            # a run folder is "<method>_..." or, for a mechanism arm, "<tag>_<method>_..."
+            tags = {a.tag for point in confirm.POINTS.values() for a in point.arms if a.tag}
+            name = record["run"].split("/")[-1]
+            tag = name.split("_", 1)[0]
+            own = name.split("_", 1)[1] if tag in tags else name
+            assert own.startswith(config["method"] + "_"), record["run"]
             checked += 1
     assert checked > 100
 
