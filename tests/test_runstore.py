@@ -5,6 +5,7 @@ import gzip
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -98,3 +99,22 @@ def test_stored_runs_are_written_back_as_the_same_finished_folders(tmp_path):
     assert json.loads((tmp_path / "back" / "config.json").read_text()) == {"seed": 1}
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "back" / "final.csv"),
                                   pd.read_csv(folders[1] / "final.csv"))
+
+
+@pytest.mark.parametrize("name", ["04_gradient_cosine_study", "05_maze_navigation",
+                                  "06_allocators_compared", "07_math_reasoning"])
+def test_a_study_notebook_finds_its_runs_through_the_package_from_any_folder(name, tmp_path):
+    # The student release sits in build/course/student/, a JupyterHub home anywhere: a path
+    # relative to the notebook ("../build/runs") would miss the finished runs there.
+    import nbformat
+
+    path = runstore.ROOT / "notebooks" / f"{name}.ipynb"
+    cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    assert not [c for c in cells if '"../build' in c or '"../data' in c]
+    # the imports, the parameters and the line that resolves runs_dir, run from another folder
+    resolve = next(line for cell in cells[2:] for line in cell.splitlines()
+                   if line.startswith("runs_dir = Path("))
+    script = "\n".join([cells[0], cells[1], resolve, "print(runs_dir)"])
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert Path(out).parent == runstore.RUNS_ROOT and Path(out).name.startswith(name[:3])
