@@ -106,6 +106,9 @@ def test_simulated_allocations_play_every_arm_from_the_calibrated_prediction():
     for _, run in table.groupby("arm"):
         assert run["rollouts"].sum() == point.steps * point.batch_size * point.n0
         assert run["epoch"].max() == point.steps * point.batch_size // point.n_train - 1
+    # in worker processes: the same table
+    pd.testing.assert_frame_equal(
+        confirm.simulated_allocations("maze-n0-8-long", repetitions=1, processes=2), table)
 
 
 def test_the_readme_verdict_table_is_the_stored_one(capsys):

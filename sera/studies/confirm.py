@@ -35,6 +35,7 @@ from sera.results import paired_gain, reproduction
 from sera.studies.simulate import (
     SimulationConfig,
     calibrate_lr,
+    in_processes,
     posterior_draws,
     predicted_gain,
     regime_map_over,
@@ -545,11 +546,13 @@ def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
 
 
 def simulated_allocations(name: str, repetitions: int = 24, runs_dir=RUNS_DIR,
-                          seed: int = 0, lr: float | None = None) -> pd.DataFrame:
+                          seed: int = 0, lr: float | None = None, processes: int = 1
+                          ) -> pd.DataFrame:
     """The simulator's allocations table for every arm of a calibrated point, one repetition per
     Jeffreys-posterior draw of the point's profile, at the step size its prediction used (the
     draws and seeds of `calibrated_prediction`); with an arm column. lr: that step size
-    when the caller already has it from `calibration`, which is otherwise rerun."""
+    when the caller already has it from `calibration`, which is otherwise rerun. processes > 1
+    simulates the repetitions in that many worker processes (the same table)."""
     p = point(name)
     if p.calibrate_on is None:
         raise ValueError(f"{name} was predicted at the map's step size; simulated_allocations "
@@ -558,19 +561,20 @@ def simulated_allocations(name: str, repetitions: int = 24, runs_dir=RUNS_DIR,
     draws = posterior_draws(profile(p, runs_dir), PROFILE_SAMPLES, repetitions,
                             seed)
     config = p.config
-    parts = []
+    tasks = []
     for a in p.arms:
         if a.changes:
             continue  # the simulator has no model: an arm that changes the training is not in it
-        method, u_min = a.method, a.u_min
-        base = SimulationConfig(method=method, n0=config.n0, batch_size=config.batch_size,
+        base = SimulationConfig(method=a.method, n0=config.n0, batch_size=config.batch_size,
                                 steps=config.steps, eval_every=config.steps, lr=lr, ks=(1,),
-                                allocator=dataclasses.replace(config.allocator, u_min=u_min))
-        for r, draw in enumerate(draws):
-            run = dataclasses.replace(base, seed=seed + r)
-            parts.append(simulate(draw, run).allocations)
-    table = pd.concat(parts, ignore_index=True)
+                                allocator=dataclasses.replace(config.allocator, u_min=a.u_min))
+        tasks += [(draw, dataclasses.replace(base, seed=seed + r)) for r, draw in enumerate(draws)]
+    table = pd.concat(in_processes(_allocations, tasks, processes), ignore_index=True)
     return table.assign(arm=arm(table))
+
+
+def _allocations(draw, config: SimulationConfig) -> pd.DataFrame:
+    return simulate(draw, config).allocations
 
 
 def verify(p: Point, seeds: int = 2, runs_dir=VERIFY_DIR, ks=(1, 8, 32, 128),

@@ -175,7 +175,7 @@ def regime_map(p0, n0s, steps: int, methods=("maxrl", "sera"), repetitions: int 
     base = base or SimulationConfig()
     tasks = [(p0, dataclasses.replace(base, method=m, n0=int(n0), steps=int(steps)), repetitions)
              for n0 in n0s for m in methods]
-    return pd.concat(_in_processes(_setting, tasks, processes, progress), ignore_index=True)
+    return pd.concat(in_processes(_setting, tasks, processes, progress), ignore_index=True)
 
 
 def regime_map_over(draws, n0s, steps: int, methods=("maxrl", "sera"),
@@ -188,14 +188,14 @@ def regime_map_over(draws, n0s, steps: int, methods=("maxrl", "sera"),
     tasks = [(draw, dataclasses.replace(base, seed=base.seed + r, method=m, n0=int(n0),
                                         steps=int(steps)), 1)
              for r, draw in enumerate(draws) for n0 in n0s for m in methods]
-    return pd.concat(_in_processes(_setting, tasks, processes), ignore_index=True)
+    return pd.concat(in_processes(_setting, tasks, processes), ignore_index=True)
 
 
 def _setting(p0, config: SimulationConfig, repetitions: int) -> pd.DataFrame:
     return _trajectory(simulate(p0, config, repetitions).metrics)
 
 
-def _in_processes(function, tasks: list[tuple], processes: int = 1, progress: bool = False):
+def in_processes(function, tasks: list[tuple], processes: int = 1, progress: bool = False):
     """[function(*task) for task in tasks], in order; over `processes` forked worker processes
     when more than one (each task is seeded on its own, so the results are the same)."""
     processes = _checks.integer(processes, "processes", minimum=1)
