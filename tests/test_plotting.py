@@ -378,3 +378,11 @@ def test_arms_figure_draws_every_arm_at_every_k_with_its_seeds():
     assert len(diamonds) == 1  # only the arm with a prediction
     assert "no stored runs" in splot.plot_arms(pd.DataFrame(rows), ks=(32,)).axes[0].texts[
         0].get_text()
+    # two points in one figure: each arm named with its point, the same arm twice
+    both = pd.concat([pd.DataFrame(rows).assign(point="a"), pd.DataFrame(rows[:2]).assign(
+        point="b", seeds=6)])
+    fig = splot.plot_arms(both, ks=(1, 8))
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["a: sera-rate (4 seeds)", "a: sera (4 seeds)",
+                      "a: sera-rate nmin-3 (4 seeds)", "b: sera-rate (6 seeds)"]
+    assert len([c for c in fig.axes[1].collections if c.get_offsets().shape[0] == 4]) == 4

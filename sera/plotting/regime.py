@@ -261,20 +261,22 @@ def plot_arms(table: pd.DataFrame, ks=(1, 8), title: str = ""):
     """Each arm's gain over MaxRL at each K (one panel per K), arms down the page: the mean over
     seeds (dot) with its Student-t 95% interval (bar; none with fewer than 3 seeds), each seed's
     paired difference (hollow dots) and the simulator's prediction where the arm has one (grey
-    diamond). table: sera.studies.confirm.compare rows of one point."""
+    diamond). table: sera.studies.confirm.compare rows of one point, or of several with a
+    `point` column (each arm then labelled "point: arm", each against its own point's MaxRL)."""
     table = table[table["k"].isin(ks)]
     if table.empty:
         return message_figure("no stored runs to compare")
-    arms = list(dict.fromkeys(table["arm"]))
-    fig, axes = new_figure(ncols=len(ks), width=3.6, height=0.45 * len(arms) + 1.2,
+    keys = ["point", "arm"] if "point" in table.columns else ["arm"]
+    rows_of = list(dict.fromkeys(map(tuple, table[keys].to_numpy())))
+    fig, axes = new_figure(ncols=len(ks), width=3.6, height=0.45 * len(rows_of) + 1.2,
                            squeeze=False, sharey=True)
     for ax, k in zip(axes[0], ks, strict=True):
-        for y, arm_name in enumerate(arms):
-            rows = table[(table["arm"] == arm_name) & (table["k"] == k)]
+        for y, key in enumerate(rows_of):
+            rows = table[(table[keys] == key).all(axis=1) & (table["k"] == k)]
             if rows.empty:
                 continue
             row = rows.iloc[0]
-            color = _arm_color(arm_name)
+            color = _arm_color(key[-1])
             seeds = np.atleast_1d(row["per_seed"])
             ax.scatter(seeds, np.full(seeds.size, y + 0.22), s=10, facecolors="none",
                        edgecolors=color, lw=0.7)
@@ -286,9 +288,10 @@ def plot_arms(table: pd.DataFrame, ks=(1, 8), title: str = ""):
         ax.axvline(0, color="#404040", lw=0.8)
         ax.set_title(f"Pass@{k}", fontsize=9)
         ax.set_xlabel("gain over MaxRL")
-    axes[0][0].set_yticks(range(len(arms)),
-                          labels=[f"{a} ({int(table[table['arm'] == a]['seeds'].max())} seeds)"
-                                  for a in arms])
+    seeds = [int(table[(table[keys] == key).all(axis=1)]["seeds"].max()) for key in rows_of]
+    axes[0][0].set_yticks(range(len(rows_of)),
+                          labels=[f"{': '.join(key)} ({n} seeds)"
+                                  for key, n in zip(rows_of, seeds, strict=True)])
     axes[0][0].invert_yaxis()
     if title:
         fig.suptitle(title)

@@ -208,6 +208,23 @@ POINTS = {point.name: point for point in (
               "size calibrated on maze-n0-8's MaxRL runs, the cheapest maze setting where the "
               "map predicts a clear gain; reported at Pass@32, where the gain is largest "
               "against the seed-to-seed spread"),
+    Point("maze-n0-8-long-sera", "maze", _maze(steps=320, eval_every=80, checkpoint_every=20),
+          seeds=None, k=32, calibrate_on="maze-n0-8", treatment="sera", side_seeds=MIN_SEEDS,
+          arms=(Arm("maxrl", expect="held-out Pass@32 rises well above the warm-up's, as in "
+                    "maze-n0-8-long"),
+                Arm("sera", expect="ahead of MaxRL at Pass@32 by a few points, as sera-rate was "
+                    "at maze-n0-8-long (+3.4): the counts rule drives a never-solved maze's "
+                    "estimate lower than the rate rule does, so the waterline gives such mazes "
+                    "at least as many rollouts; behind at Pass@1, where maze-n0-8-long's "
+                    "sera-rate lost 4.1 points to the shared parameters; the selection at u_min "
+                    "0.05 keeps every maze"),
+                Arm("sera-rate", expect="as at maze-n0-8-long: behind at Pass@1, ahead at "
+                    "Pass@32, within that point's intervals (a check that its verdicts hold "
+                    "from another warm-up)")),
+          why="maze-n0-8-long's setting from a warm-up of its own (stored with the runs), with "
+              "the paper's sera as the arm the power calculation sizes: what the paper's "
+              "method does where the package's sera-rate gained at Pass@32; some 4 minutes a "
+              "run on one core"),
     Point("math-n0-4-320", "math", _math(steps=320, eval_every=80, checkpoint_every=20),
           seeds=MIN_SEEDS, k=8, calibrate_on="math-n0-4", arms=MECHANISM_ARMS,
           why="math-n0-4-long cut at 320 steps, where its stored sera-rate runs were already "
