@@ -46,10 +46,12 @@ class TimeUp(Exception):
 
 
 class Steps:
-    """Step times and SERA seconds per step, with a deadline."""
+    """Step times and SERA seconds per step, with a deadline that counts only after `minimum`
+    steps (enough for the checks to see an allocated step on a slow or loaded machine)."""
 
-    def __init__(self, clock: timing.Clock, budget: float):
+    def __init__(self, clock: timing.Clock, budget: float, minimum: int = 0):
         self.clock, self.deadline = clock, time.perf_counter() + budget
+        self.minimum = minimum
         self.times: list[float] = []
         self.sera: list[float] = []
         self._start = self._sera0 = None
@@ -64,7 +66,7 @@ class Steps:
         self.times.append(now - self._start)
         self.sera.append(self.clock.seconds - self._sera0)
         self._start, self._sera0 = now, self.clock.seconds
-        return now > self.deadline
+        return now > self.deadline and len(self.times) >= self.minimum
 
     def summary(self, skip: int = 1) -> dict:
         """Times without the first `skip` steps (compilation and allocator warm-up)."""
@@ -130,9 +132,10 @@ def loop_checks(run: loop.Run, n_prompts: int, batch: int) -> dict:
     return checks
 
 
-def fit_to_deadline(study, budget: float, clock: timing.Clock):
-    """Run the shared loop on `study` until its steps or the budget end; returns (run, steps)."""
-    steps = Steps(clock, budget)
+def fit_to_deadline(study, budget: float, clock: timing.Clock, minimum: int = 0):
+    """Run the shared loop on `study` until its steps or the budget end (not before `minimum`
+    steps); returns (run, steps)."""
+    steps = Steps(clock, budget, minimum)
     captured = {}
 
     def callback(run):

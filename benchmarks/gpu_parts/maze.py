@@ -34,7 +34,8 @@ def part_maze(cpu: bool, budget: float, work: Path) -> dict:
         study = maze.build(config)
         warm = time.perf_counter() - start
         study.engine.chunk = 8192  # every rollout of a step in one generate call on a GPU
-        run, steps = fit_to_deadline(study, budget, clock)
+        epoch = -(-config.n_train // config.batch_size)
+        run, steps = fit_to_deadline(study, budget, clock, minimum=epoch + 1)
     summary = steps.summary()
     lengths = [v for _, m, _, v in run.rows if m == "response_length"]
     rollouts = [v for _, m, _, v in run.rows if m == "rollouts"]

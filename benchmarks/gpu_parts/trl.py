@@ -81,7 +81,7 @@ def part_trl(cpu: bool, budget: float, work: Path) -> dict:
                                      train_dataset=data, processing_class=task.tokenizer,
                                      allocator=allocator)
     clock = timing.Clock()
-    steps = Steps(clock, budget)
+    steps = Steps(clock, budget, minimum=epoch_steps + 1)  # one pass, then a planned batch
 
     class Timer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
