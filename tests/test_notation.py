@@ -53,3 +53,25 @@ def test_notebook_uses_the_notation(path):
         # κ in text, \kappa in formulas, sera.kappa in code: never the bare word in prose.
         if cell.cell_type == "markdown":
             assert not re.search(r"\bkappa\b", _prose(text)), where
+
+
+def test_the_key_equations_page_names_real_functions_and_its_step_runs():
+    # notebooks/KEY_EQUATIONS.md: every `sera.` name of its table exists, and its one-step
+    # snippet runs as written and spends the budget exactly.
+    import sera
+
+    page = (ROOT / "notebooks" / "KEY_EQUATIONS.md").read_text()
+    names = set(re.findall(r"`(sera\.[A-Za-z_.]+)", page))
+    assert {"sera.kappa", "sera.allocate", "sera.SuccessHistory", "sera.policy_loss"} <= names
+    for name in names:
+        target = sera
+        for part in name.split(".")[1:]:
+            target = getattr(target, part)  # AttributeError names the missing function
+    snippet = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert len(snippet) == 1
+    namespace: dict = {}
+    exec(snippet[0], namespace)  # noqa: S102 - the page's own snippet
+    plan = namespace["plan"]
+    assert plan.counts.sum() == 24 and plan.level > 0
+    # the page's counts rule is the one SuccessHistory applies: 1 success in 8 -> 2 / 10
+    assert namespace["p_hat"][1] == (1 + 1) / (8 + 2)

@@ -194,7 +194,8 @@ def build_site(executed: Path | None = None, output: Path | None = None,
         student_notebook(nb)
         pages.append(output / "exercises" / f"{path.stem}.html")
         pages[-1].write_text(_page(exporter, nb))
-    for name, page in (("README.md", "index.html"), ("NOTATION.md", "NOTATION.html")):
+    for name, page in (("README.md", "index.html"), ("NOTATION.md", "NOTATION.html"),
+                       ("KEY_EQUATIONS.md", "KEY_EQUATIONS.html")):
         text = (source / name).read_text().replace(".ipynb)", ".html)").replace(".md)", ".html)")
         note = ("\n\n*A static copy that works offline: each slider cell shows its figure at "
                 "the initial values (the sliders are live in JupyterLab); everything else is "

@@ -8,8 +8,8 @@ does: in a code cell, the lines between `### BEGIN SOLUTION` and `### END SOLUTI
 `raise NotImplementedError` in the student copy, and the lines between `### BEGIN HIDDEN TESTS`
 and `### END HIDDEN TESTS` go; a markdown cell's worked answer between the same solution markers
 becomes "YOUR ANSWER HERE". build/course/student/ gets the released exercises, the study
-notebooks 01-08 (without outputs), the guide and the notation page; build/course/instructor/ the
-same with solutions and worked answers.
+notebooks 01-08 (without outputs), the guide, the notation page and the key equations;
+build/course/instructor/ the same with solutions and worked answers.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def release(output: Path, source: Path | None = None) -> dict[str, list[Path]]:
             nbformat.write(nb, dest)
             strip(dest)
             files.append(dest)
-        for name in ("README.md", "NOTATION.md"):
+        for name in ("README.md", "NOTATION.md", "KEY_EQUATIONS.md"):
             shutil.copy(source / name, target / name)
             files.append(target / name)
         written[kind] = files
