@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import sera
+from sera.fidelity import kappa as _K
 from sera.teaching import course, release
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,19 +35,66 @@ def test_reference_solutions_pass_and_stubs_are_not_done(name, capsys):
     assert "Traceback" not in out and out.count("PASS ") == 1 and out.count("not done") == 1
 
 
+def _aliased(p, n):
+    return _K(p, n)  # `from sera.fidelity import kappa as _K` at the top of this file
+
+
 @pytest.mark.parametrize("name, package", [
     ("kappa", sera.kappa), ("kappa", lambda p, n: sera.kappa(p, n)), ("pass_at_k", sera.pass_at_k),
-    ("multiplicity_weights", lambda c, n0: sera.multiplicity_weights(c, n0))])
+    ("multiplicity_weights", lambda c, n0: sera.multiplicity_weights(c, n0)), ("kappa", _aliased)])
 def test_calling_sera_is_not_a_solution(name, package):
     feedback = course.CHECKS[name](package)
     assert feedback.done and not feedback.passed and "sera's own" in feedback.message
 
 
-def test_rounding_is_compared_with_the_papers_rule_on_the_same_batches():
-    # On the check's 60 batches largest remainders falls below the exact max-min in 20, the
-    # paper's rounding in 32 (both counted here, not quoted).
+def test_rounding_accepts_the_papers_rule_and_the_exact_max_min_only():
+    # The paper's rule, counted against the exact max-min on the check's 60 batches (32 fall
+    # below it), passes; so does an integer water-filling written with heapq alone; largest
+    # remainders, which stays within floor and ceiling and keeps the budget, does not.
+    import heapq
+
     message = course.check_rounding(solutions.rounding).message
-    assert "in 20 of 60 batches" in message and "on the same batches, in 32" in message
+    assert "below the exact integer max-min in 32." in message
+
+    def exact(p, continuous, level, budget, n_max):
+        counts = np.full(p.size, 2)
+        heap = [(-(1 - q) ** 1, i) for i, q in enumerate(p)]  # -(1 - kappa(p, 2))
+        heapq.heapify(heap)
+        while counts.sum() < budget:
+            _, i = heapq.heappop(heap)
+            counts[i] += 1
+            if counts[i] < n_max:
+                heapq.heappush(heap, (-(1 - p[i]) ** (counts[i] - 1), i))
+        return counts
+
+    assert course.check_rounding(exact).passed
+
+    def largest_remainders(p, continuous, level, budget, n_max):
+        counts = np.floor(continuous + 1e-9).astype(int)
+        counts[np.argsort(counts - continuous, kind="stable")[:budget - counts.sum()]] += 1
+        return counts
+
+    feedback = course.check_rounding(largest_remainders)
+    assert not feedback.passed and "largest remainders" in feedback.message
+
+
+def _waterline_with(h, budget, n_min):
+    """Two prompts' continuous counts from hazards h (a student's, right or wrong)."""
+    counts = 1 + (budget - 2) / (1 / h[0] + 1 / h[1]) / h
+    low = int(np.argmin(counts))
+    if counts[low] < n_min:
+        counts[low], counts[1 - low] = n_min, budget - n_min
+    return counts
+
+
+def _rounded(rank):
+    """A rounding that floors, then adds one rollout to the prompts first in rank(p, floor,
+    level)."""
+    def rounding(p, continuous, level, budget, n_max):
+        counts = np.floor(continuous + 1e-9).astype(int)
+        counts[np.argsort(rank(p, counts, level), kind="stable")[:budget - counts.sum()]] += 1
+        return counts
+    return rounding
 
 
 @pytest.mark.parametrize("name, mistake, hint", [
@@ -68,9 +116,15 @@ def test_rounding_is_compared_with_the_papers_rule_on_the_same_batches():
     ("two_prompt_waterline", lambda p1, p2, m, lo: solutions.two_prompt_waterline(p1, p2, m, 0),
      "below N_min"),
     ("two_prompt_waterline", lambda p1, p2, m, lo: np.array([m / 2, m / 2 + 1]), "add up"),
-    ("rounding", lambda c, m: np.floor(c), "budget is"),
-    ("rounding", lambda c, m: np.r_[np.floor(c[:-1]), m - np.floor(c[:-1]).sum()],
+    ("rounding", lambda p, c, lv, m, hi: np.floor(c), "budget is"),
+    ("rounding", lambda p, c, lv, m, hi: np.r_[np.floor(c[:-1]), m - np.floor(c[:-1]).sum()],
      "rounded down or up"),
+    ("rounding", _rounded(lambda p, f, lv: (1 - (1 - p) ** (f - 1) - lv) ** 2), "before"),
+    ("rounding", _rounded(lambda p, f, lv: -(1 - (1 - p) ** f - lv) ** 2), "farthest"),
+    ("rounding", _rounded(lambda p, f, lv: np.arange(p.size)), "other prompts"),
+    ("two_prompt_waterline", lambda p1, p2, m, lo: _waterline_with(-np.log([p1, p2]), m, lo),
+     "chance of failing"),
+    ("pass_at_k", lambda n, c, k: math.comb(n - c, k) / math.comb(n, k), "all K samples miss"),
     ("multiplicity_weights", lambda counts, n0: counts / n0, "Upside down"),
     ("multiplicity_weights", lambda counts, n0: np.divide(1.0, counts, out=np.zeros(len(counts)),
                                                           where=counts > 0), "sum to 1"),

@@ -44,16 +44,26 @@ class Hint:
     answer: str = ""
 
 
+def _from_sera(value) -> bool:
+    """True for the sera package, one of its modules, or anything defined in one."""
+    if isinstance(value, types.ModuleType):
+        return value.__name__.split(".")[0] == "sera"
+    return (getattr(value, "__module__", None) or "").split(".")[0] == "sera"
+
+
 def _calls_sera(fn) -> bool:
-    """True when fn is sera's own function or its code reads the name sera (kappa = sera.kappa,
-    lambda p, n: sera.kappa(p, n))."""
-    if (getattr(fn, "__module__", None) or "").split(".")[0] == "sera":
+    """True when fn is sera's own function or its code reads a global that is sera or comes from
+    it, under any name (kappa = sera.kappa, lambda p, n: sera.kappa(p, n), or
+    `from sera.fidelity import kappa as K` and a function that calls K)."""
+    if _from_sera(fn):
         return True
     code = getattr(fn, "__code__", None)
+    namespace = getattr(fn, "__globals__", {})
     stack = [code] if code is not None else []
     while stack:
         code = stack.pop()
-        if "sera" in code.co_names:
+        if "sera" in code.co_names or any(_from_sera(namespace.get(name))
+                                          for name in code.co_names):
             return True
         stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
     return False
@@ -182,6 +192,10 @@ def check_two_prompt_waterline(fn, answers: bool = False) -> Feedback:
             if got.min() < n_min - 1e-9:
                 return Hint(f"One count fell below N_min = {n_min} (p = {p1}, {p2}, budget "
                             f"{budget}): what happens to the other prompt then?", expected)
+            if _close(got, _two_prompts(-np.log([p1, p2]), budget, n_min), rtol=1e-6):
+                return Hint("Your hazard h shrinks as p grows, so the easier prompt gets more "
+                            "rollouts: in kappa = 1 - exp(-(N-1) h), h comes from the chance "
+                            "of failing.", "h = -log(1 - p).")
             shares = 1 / np.array([p1, p2])
             if _close(got, 1 + (budget - 2) * shares / shares.sum(), rtol=1e-6):
                 return Hint("Your N - 1 is proportional to 1/p; equal kappa asks for another "
@@ -193,34 +207,121 @@ def check_two_prompt_waterline(fn, answers: bool = False) -> Feedback:
     return _report("two-prompt waterline", fn, run, answers)
 
 
+def _two_prompts(h, budget: int, n_min: int) -> np.ndarray:
+    """Two prompts' continuous waterline counts from their hazards h (any h, so that a wrong
+    hazard can be recognised), one clipped at n_min if needed."""
+    lam = (budget - 2) / (1 / h[0] + 1 / h[1])
+    counts = 1 + lam / np.asarray(h, dtype=float)
+    low = int(np.argmin(counts))
+    if counts[low] < n_min:
+        counts[low], counts[1 - low] = n_min, budget - n_min
+    return counts
+
+
 def check_rounding(fn, answers: bool = False) -> Feedback:
-    """fn(continuous, budget) -> integer counts with the same sum, each the floor or the ceiling
-    of its continuous count. On passing it says how often its lowest kappa falls below the exact
-    integer max-min, beside the paper's rounding on the same batches."""
+    """fn(p, continuous, level, budget, n_max) -> the paper's integer counts: each continuous
+    count rounded down, then one more rollout each to the prompts whose fidelity after it,
+    kappa(p, floor + 1), lies closest to the level (never above n_max). The exact integer
+    max-min passes too. Ties between equally close prompts may go either way."""
 
     def run(fn):
         rng = np.random.default_rng(0)
-        yours = paper = 0
+        below, wrong = 0, []
         for _ in range(60):
             p = rng.uniform(0.02, 0.95, int(rng.integers(2, 6)))
             budget = int(rng.integers(2 * p.size + 1, 8 * p.size))
-            continuous = waterline(p, budget, 2, 16).counts
-            got = np.asarray(fn(continuous.copy(), budget))
-            if got.shape != continuous.shape or not np.allclose(got, np.round(got)):
-                return Hint("Return one whole number per prompt.")
-            if int(round(got.sum())) != budget:
-                return Hint(f"Your counts add to {int(round(got.sum()))}; the budget is "
-                            f"{budget}.")
-            if np.any(got < np.floor(continuous - 1e-9)) or np.any(got > np.ceil(continuous +
-                                                                                  1e-9)):
-                return Hint("Each count should be its continuous count rounded down or up.")
-            best = allocate(p, budget, 2, 16, method="exact").fidelity.min() - 1e-12
-            yours += _kappa(p, got).min() < best
-            paper += allocate(p, budget, 2, 16, method="paper").fidelity.min() < best
-        return (f"Its lowest kappa is below the exact integer max-min in {yours} of 60 "
-                f"batches; the paper's rounding, on the same batches, in {paper}.")
+            line = waterline(p, budget, 2, 16)
+            level = -np.expm1(-line.lam)
+            got = np.asarray(fn(p.copy(), line.counts.copy(), level, budget, 16))
+            paper = allocate(p, budget, 2, 16, method="paper").counts
+            exact = allocate(p, budget, 2, 16, method="exact").counts
+            below += _kappa(p, paper).min() < _kappa(p, exact).min() - 1e-12
+            if got.shape == p.shape and (np.array_equal(got, paper)
+                                         or np.array_equal(got, exact)):
+                continue
+            hint = _rounding_shape(got, line.counts, budget)
+            if hint is not None:
+                return hint
+            batch = _Batch(p, line.counts, level, budget, paper, np.round(got).astype(int))
+            if not batch.tie():
+                wrong.append(batch)
+        if wrong:
+            return _rounding_hint(wrong)
+        return (f"On the same 60 batches the paper's rule leaves the lowest kappa below the "
+                f"exact integer max-min in {below}.")
 
     return _report("rounding", fn, run, answers)
+
+
+def _rounding_shape(got, continuous, budget) -> Hint | None:
+    """A hint when got is not whole numbers, misses the budget or leaves floor and ceiling."""
+    if got.shape != continuous.shape or not np.allclose(got, np.round(got)):
+        return Hint("Return one whole number per prompt.")
+    got = np.round(got).astype(int)
+    if got.sum() != budget:
+        return Hint(f"Your counts add to {got.sum()}; the budget is {budget}.")
+    floor = np.floor(continuous + 1e-9).astype(int)
+    if np.any(got < floor) or np.any(got > floor + 1):
+        return Hint("Each count should be its continuous count rounded down or up.")
+    return None
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One checked batch whose rounding differs from the paper's."""
+
+    p: np.ndarray
+    continuous: np.ndarray
+    level: float
+    budget: int
+    paper: np.ndarray
+    got: np.ndarray
+
+    @property
+    def floor(self) -> np.ndarray:
+        return np.floor(self.continuous + 1e-9).astype(int)
+
+    def error_after(self) -> np.ndarray:
+        return (_kappa(self.p, self.floor + 1) - self.level) ** 2
+
+    def tie(self) -> bool:
+        """The same errors as the paper's choice: equally close prompts, ties broken another
+        way."""
+        after, floor = self.error_after(), self.floor
+        return bool(np.allclose(np.sort(after[self.got > floor]),
+                                np.sort(after[self.paper > floor])))
+
+    def ranked(self, key) -> np.ndarray:
+        """The floors plus one rollout for the prompts first in key."""
+        counts = self.floor.copy()
+        counts[np.argsort(key, kind="stable")[:self.budget - counts.sum()]] += 1
+        return counts
+
+
+def _rounding_hint(wrong: list[_Batch]) -> Hint:
+    """The typical mistake that explains every batch where the rounding differs, or a hint on
+    the first of them."""
+    mistakes = [
+        (lambda b: -(b.continuous - b.floor),
+         Hint("You handed the missing rollouts out by the size of the fractional parts "
+              "(largest remainders). The paper ranks the prompts by the fidelity each would "
+              "reach with one more rollout.",
+              "Rank by (kappa(p, floor + 1) - level)^2, smallest first.")),
+        (lambda b: (_kappa(b.p, b.floor) - b.level) ** 2,
+         Hint("You compared the fidelity the prompts have before the extra rollout; the paper "
+              "compares the fidelity each would have after it.")),
+        (lambda b: -b.error_after(),
+         Hint("Your extra rollouts went to the prompts whose fidelity after one more rollout "
+              "lies farthest from the level; the paper picks the closest.")),
+    ]
+    for key, hint in mistakes:
+        if all(np.array_equal(b.got, b.ranked(key(b))) for b in wrong):
+            return hint
+    first = wrong[0]
+    return Hint(f"For p = {np.round(first.p, 3).tolist()} and budget {first.budget} your extra "
+                f"rollouts went to other prompts than the paper's rule picks: compare each "
+                f"prompt's fidelity after one more rollout with the level.",
+                f"Expected {first.paper.tolist()}.")
 
 
 # ---------------------------------------------------------------------- exercise 3: weights, Pass@K
@@ -263,6 +364,10 @@ def check_pass_at_k(fn, answers: bool = False) -> Feedback:
             if abs(got - want) < 1e-9:
                 continue
             expected = f"For n = {n}, c = {c}, K = {k} expected {want:.6f}."
+            if abs(got - (1 - want)) < 1e-9 and c not in (0, n):
+                return Hint("You returned the chance that all K samples miss every correct one; "
+                            "Pass@K is the chance that at least one of them is correct.",
+                            "Pass@K = 1 - C(n-c, K) / C(n, K).")
             if abs(got - (1 - (1 - c / n) ** k)) < 1e-9:
                 return Hint("1 - (1 - c/n)^K draws with replacement: it is biased for K > 1. "
                             "Count the ways K samples drawn without replacement miss every "
