@@ -2,6 +2,7 @@
 the package functions each one lists in its first cell are the ones it uses."""
 
 import ast
+import base64
 import importlib
 import re
 from pathlib import Path
@@ -258,15 +259,31 @@ def test_site_renders_every_notebook_offline_and_links_them(tmp_path):
     assert "<math" in (tmp_path / "site" / "01_finite_rollout_fidelity.html").read_text()
 
 
-def test_site_refuses_a_notebook_that_was_not_run(tmp_path):
-    with pytest.raises(RuntimeError, match=r"01_finite_rollout_fidelity.ipynb has not been run.*"
-                                           r"--only 01"):
-        runner.build_site(executed=tmp_path / "none", output=tmp_path / "site")
+def test_site_without_runs_runs_the_quick_notebooks_and_shows_the_committed_figures(tmp_path):
+    # No executed copies at all (a fresh clone): 01-03 and the exercises run now, 04-08 show
+    # the figures committed in figures/ with a note; nothing trains.
+    pages = runner.build_site(executed=tmp_path / "none", output=tmp_path / "site")
+    assert len(pages) == len(NOTEBOOKS) + len(EXERCISES) + 3
+    first = (tmp_path / "site" / "01_finite_rollout_fidelity.html").read_text()
+    assert "data:image/png;base64" in first and runner.COMMITTED_NOTE[:40] not in first
+    for path in NOTEBOOKS:
+        page = (tmp_path / "site" / f"{path.stem}.html").read_text()
+        if path.name[:2] in runner.QUICK:
+            continue
+        assert "built without running the notebook" in page, path.name
+        for name in runner.declared_figures(path):  # every figure it declares, as committed
+            png = base64.b64encode((ROOT / "figures" / f"{name}.png").read_bytes()).decode()
+            assert png[:200] in page, (path.name, name)
+    exercise = (tmp_path / "site" / "exercises" / f"{EXERCISES[0].stem}.html").read_text()
+    assert "not done yet" in exercise and "BEGIN SOLUTION" not in exercise
+
+
+def test_site_refuses_an_executed_copy_that_was_not_run_to_the_end(tmp_path):
     runs = _fake_runs(tmp_path / "runs")
     nb = nbformat.read(runs / NOTEBOOKS[1].name, as_version=4)
     next(c for c in nb.cells if c.cell_type == "code").execution_count = None
     nbformat.write(nb, runs / NOTEBOOKS[1].name)
-    with pytest.raises(RuntimeError, match="was not run to the end"):
+    with pytest.raises(RuntimeError, match="was not run to the end.*--only 02"):
         runner.build_site(executed=runs, output=tmp_path / "site")
 
 

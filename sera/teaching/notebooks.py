@@ -2,7 +2,7 @@
 
     python -m sera.teaching.notebooks [--profile fast|long] [--only 02] [--figures DIR]
     python -m sera.teaching.notebooks --strip   # remove outputs before committing
-    python -m sera.teaching.notebooks --site    # static HTML of the executed notebooks
+    python -m sera.teaching.notebooks --site    # the course as static HTML, no training
 
 Executed copies go to build/notebooks/ (outside git); figures go to figures/. Each notebook
 declares the figures it writes in its metadata (metadata.sera.figures: name and the
@@ -13,6 +13,7 @@ or that does not write what it declares, stops the run with the notebook and cel
 from __future__ import annotations
 
 import argparse
+import base64
 import re
 import sys
 import time
@@ -167,39 +168,94 @@ def _student_index(text: str) -> str:
     return re.sub(r"<!-- maintainers -->\n## .*?(?=^## |\Z)", "", text, flags=re.S | re.M)
 
 
-def build_site(executed: Path | None = None, output: Path | None = None,
-               source: Path | None = None) -> list[Path]:
-    """A static HTML copy of the course (nbconvert) that works offline: the executed notebooks
-    with their figures (each slider cell shows its initial figure), the exercise notebooks as
-    students get them, the guide (without its maintainer sections) as the index and the notation
-    page. Formulas are MathML written at build time. Refuses a notebook that has not been run
-    (RuntimeError naming it and the command). Returns the written pages."""
-    from nbconvert import HTMLExporter
+QUICK = ("01", "02", "03")
+"""The study notebooks that run in seconds (no training, no simulation): the site executes them
+when they have no executed copy."""
+COMMITTED_NOTE = ("*This page was built without running the notebook, which trains or simulates "
+                  "for minutes: its figures are the committed ones in `figures/`, drawn from the "
+                  "stored runs, and the code cells show no other output. `make figures`, then "
+                  "`make site`, shows every output as it ran.*")
+_SAVEFIG = re.compile(r"savefig\(\s*\w+\s*,\s*[\"']([^\"']+)[\"']")
 
+
+def with_committed_figures(path: Path, figures: Path):
+    """A study notebook as the site shows it without a run: each cell that saves a figure shows
+    the committed PNG of that name, and a note under the title says so."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        cell.outputs = [nbformat.from_dict({
+            "output_type": "display_data", "metadata": {},
+            "data": {"image/png": base64.b64encode((figures / f"{name}.png").read_bytes())
+                     .decode()}})
+            for name in _SAVEFIG.findall(cell.source) if (figures / f"{name}.png").exists()]
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell(COMMITTED_NOTE))
+    return nb
+
+
+def _site_copy(path: Path, executed: Path, scratch: Path, figures: Path):
+    """What the site shows for one study notebook: its executed copy where there is one (refused
+    if it was not run to the end), else a run made now for the quick ones, else the source with
+    the committed figures."""
+    if (executed / path.name).exists():
+        return executed_copy(path, executed)
+    if path.name[:2] in QUICK:
+        run_notebook(path, "fast", figures=scratch / "figures", output=scratch)
+        return executed_copy(path, scratch)
+    return with_committed_figures(path, figures)
+
+
+def _executed_exercise(path: Path, scratch: Path):
+    """An exercise notebook as students get it (no solutions), run: every check says it is not
+    done yet."""
     from sera.teaching.release import student_notebook
+
+    folder = scratch / "exercises"
+    folder.mkdir(parents=True, exist_ok=True)
+    nb = student_notebook(nbformat.read(path, as_version=4))
+    nbformat.write(nb, folder / path.name)
+    run_notebook(folder / path.name, "fast", figures=scratch / "figures", output=scratch / "run")
+    return nbformat.read(scratch / "run" / path.name, as_version=4)
+
+
+def build_site(executed: Path | None = None, output: Path | None = None,
+               source: Path | None = None, figures: Path | None = None) -> list[Path]:
+    """A static HTML copy of the course (nbconvert) that works offline and needs no training: the
+    study notebooks as run (their executed copies where `make figures` left them; 01-03 run now
+    otherwise, in seconds; 04-08 otherwise show the committed figures), each slider cell with its
+    initial figure, the exercise notebooks as students get them, run, the guide (without its
+    maintainer sections) as the index, the notation page and the key equations. Formulas are
+    MathML written at build time. Refuses an executed copy that was not run to the end
+    (RuntimeError naming it and the command). Returns the written pages."""
+    import tempfile
+
+    from nbconvert import HTMLExporter
 
     source = source or ROOT / "notebooks"
     executed = executed or ROOT / "build" / "notebooks"
     output = output or ROOT / "build" / "site"
-    runs = [(path, executed_copy(path, executed)) for path in notebooks(source)]
+    figures = figures or ROOT / "figures"
     (output / "exercises").mkdir(parents=True, exist_ok=True)
     exporter = HTMLExporter()
     pages = []
-    for path, nb in runs:
-        static_sliders(nb)
-        pages.append(output / f"{path.stem}.html")
-        pages[-1].write_text(_page(exporter, nb))
-    for path in notebooks(source / "exercises"):
-        nb = nbformat.read(path, as_version=4)  # as students get it: no solutions
-        student_notebook(nb)
-        pages.append(output / "exercises" / f"{path.stem}.html")
-        pages[-1].write_text(_page(exporter, nb))
+    with tempfile.TemporaryDirectory(prefix="sera-site-") as scratch:
+        scratch = Path(scratch)
+        for path in notebooks(source):
+            nb = _site_copy(path, executed, scratch, figures)
+            static_sliders(nb)
+            pages.append(output / f"{path.stem}.html")
+            pages[-1].write_text(_page(exporter, nb))
+        for path in notebooks(source / "exercises"):
+            nb = _executed_exercise(path, scratch)
+            pages.append(output / "exercises" / f"{path.stem}.html")
+            pages[-1].write_text(_page(exporter, nb))
     for name, page in (("README.md", "index.html"), ("NOTATION.md", "NOTATION.html"),
                        ("KEY_EQUATIONS.md", "KEY_EQUATIONS.html")):
         text = (source / name).read_text().replace(".ipynb)", ".html)").replace(".md)", ".html)")
         note = ("\n\n*A static copy that works offline: each slider cell shows its figure at "
-                "the initial values (the sliders are live in JupyterLab); everything else is "
-                "here as it ran.*")
+                "the initial values (the sliders are live in JupyterLab); a notebook page built "
+                "without a run says so and shows the committed figures.*")
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
             _student_index(text) + note)])
         pages.append(output / page)
@@ -242,7 +298,7 @@ def main(argv=None) -> int:
     parser.add_argument("--strip", action="store_true",
                         help="remove outputs and editor metadata from notebooks/ (no run)")
     parser.add_argument("--site", action="store_true",
-                        help="write build/site/: static HTML of the executed notebooks")
+                        help="write build/site/: the course as static HTML (no training)")
     args = parser.parse_args(argv)
     if args.site:
         try:
