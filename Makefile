@@ -43,7 +43,7 @@ site: $(STAMP)
 	$(BIN)/python -m sera.teaching.notebooks --site
 
 # The course releases: build/course/student/ (exercises without solutions) and
-# build/course/instructor/ (solutions and worked answers), from the marked exercise notebooks.
+# build/course/instructor/ (solutions, worked answers and answer keys), from the marked notebooks.
 course: $(STAMP)
 	$(BIN)/python -m sera.teaching.release build/course
 

@@ -1,12 +1,15 @@
 """The course checks: a reference solution passes, a stub is "not done yet", a call of sera's own
 function is no solution, each typical mistake gets its own hint rather than a traceback, every
 message is printed once, and without answers=True no hint holds the expected values or the
-formula."""
+formula. The releases: the student one holds no solution and no worked answer (exercises and the
+study notebooks' review questions alike), the instructor one every one."""
 
 import math
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
+import nbformat
 import numpy as np
 import pytest
 
@@ -16,6 +19,8 @@ from sera.teaching import course, release
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = sorted((ROOT / "notebooks" / "exercises").glob("[0-9][0-9]_*.ipynb"))
+STUDY = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+ANSWER_KEY = "## Answers to the review questions"
 # The reference solutions are the exercise notebooks' solution cells.
 solutions = SimpleNamespace(**{k: v for path in EXERCISES
                                for k, v in release.solutions(path).items()})
@@ -195,3 +200,60 @@ def test_released_cells_keep_what_is_not_a_solution():
     text = nbformat.v4.new_markdown_cell("**Answer.**\n### BEGIN SOLUTION\nIt is 2.\n"
                                          "### END SOLUTION")
     assert release.student_cell(text).source == "**Answer.**\nYOUR ANSWER HERE"
+
+
+def _numbered(text: str) -> list[int]:
+    """The numbers of a markdown list's numbered items, in order."""
+    return [int(n) for n in re.findall(r"^(\d+)\. ", text, re.M)]
+
+
+@pytest.mark.parametrize("path", STUDY, ids=lambda p: p.stem)
+def test_every_study_notebook_ends_with_an_answer_key_to_its_review_questions(path):
+    # After the summary and review questions, one markdown cell answers each question under the
+    # same number, the whole answer between solution markers, with the nbgrader metadata of a
+    # manually graded answer worth a point per question.
+    cells = nbformat.read(path, as_version=4).cells
+    key, closing = cells[-1], cells[-2]
+    assert key.cell_type == "markdown" and key.source.startswith(ANSWER_KEY), \
+        f"{path.name} has no answer key after its review questions"
+    assert "## Review questions" in closing.source
+    questions = _numbered(closing.source.split("## Review questions", 1)[1])
+    assert questions == list(range(1, len(questions) + 1)) and questions, questions
+    assert release.student_cell(key).source == f"{ANSWER_KEY}\n\nYOUR ANSWER HERE"
+    (body,) = release.solution_bodies(path)
+    assert _numbered(body) == questions, path.name
+    answers = re.split(r"^\d+\. ", body, flags=re.M)[1:]
+    assert all(len(answer.strip()) > 80 for answer in answers), path.name
+    assert key.metadata.get("nbgrader") == {
+        "grade": True, "solution": True, "locked": False, "points": len(questions),
+        "grade_id": f"review-answers-{path.name[:2]}", "schema_version": 3, "task": False}
+
+
+def _text(path: Path) -> str:
+    """What a released file shows: a notebook's cell sources (the file stores them escaped), or
+    the page itself."""
+    if path.suffix == ".ipynb":
+        return "\n".join(cell.source for cell in nbformat.read(path, as_version=4).cells)
+    return path.read_text()
+
+
+def test_the_student_release_holds_no_review_answer_and_the_instructor_one_each(tmp_path):
+    written = release.release(tmp_path)
+    keyed = [path for path in STUDY if release.solution_bodies(path)]
+    assert len(keyed) >= 7
+    lines = [line.strip() for path in keyed for body in release.solution_bodies(path)
+             for line in body.splitlines() if line.strip()]
+    student = "\n".join(_text(path) for path in written["student"])
+    instructor = "\n".join(_text(path) for path in written["instructor"])
+    for line in lines:
+        assert line not in student, line[:80]
+        assert line in instructor, line[:80]
+    for path in keyed:
+        source = nbformat.read(path, as_version=4).cells[-1]
+        given = nbformat.read(tmp_path / "student" / path.name, as_version=4).cells[-1]
+        kept = nbformat.read(tmp_path / "instructor" / path.name, as_version=4).cells[-1]
+        assert given.source == f"{ANSWER_KEY}\n\nYOUR ANSWER HERE", path.name
+        assert kept.source == source.source, path.name
+        # nbgrader finds the graded cell in both releases.
+        assert given.metadata["nbgrader"] == kept.metadata["nbgrader"] == \
+            source.metadata["nbgrader"]

@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from sera.teaching import notebooks as runner
+from sera.teaching.notebook_files import KEPT_CELL_METADATA
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = runner.notebooks(ROOT / "notebooks")
@@ -29,7 +30,8 @@ def test_notebook_is_stored_clean(path):
     nb = nbformat.read(path, as_version=4)
     assert set(nb.metadata) <= ALLOWED_NOTEBOOK_METADATA, set(nb.metadata)
     for i, cell in enumerate(nb.cells):
-        assert set(cell.metadata) <= {"tags"}, f"cell {i} carries metadata {dict(cell.metadata)}"
+        assert set(cell.metadata) <= KEPT_CELL_METADATA, \
+            f"cell {i} carries metadata {dict(cell.metadata)}"
         if cell.cell_type == "code":
             assert cell.outputs == [], f"cell {i} has stored outputs"
             assert cell.execution_count is None, f"cell {i} has an execution count"
@@ -251,6 +253,9 @@ def test_site_renders_every_notebook_offline_and_links_them(tmp_path):
     for path in EXERCISES:  # the exercises as students get them
         page = (tmp_path / "site" / "exercises" / f"{path.stem}.html").read_text()
         assert "BEGIN SOLUTION" not in page and "NotImplementedError" in page
+    for path in NOTEBOOKS:  # the study notebooks without their answer keys
+        page = (tmp_path / "site" / f"{path.stem}.html").read_text()
+        assert "BEGIN SOLUTION" not in page, path.name
     # Offline: formulas are MathML written at build time, no script comes from the network.
     for page in pages:
         html = page.read_text()
@@ -327,7 +332,11 @@ def test_an_explorer_cell_shows_the_figure_it_displayed():
 def test_notebook_has_objectives_a_summary_and_review_questions(path):
     cells = nbformat.read(path, as_version=4).cells
     assert cells[3].cell_type == "markdown" and cells[3].source.startswith("## Learning objectives")
-    assert "## Summary" in cells[-1].source and "## Review questions" in cells[-1].source
+    # The summary and review questions close the notebook, followed at most by their answer key
+    # (instructor only: tests/test_course.py checks it and its release).
+    closing = cells[-2] if cells[-1].source.startswith("## Answers to the review questions") \
+        else cells[-1]
+    assert "## Summary" in closing.source and "## Review questions" in closing.source
 
 
 def test_no_exercise_comes_before_its_material():
@@ -342,7 +351,8 @@ def test_no_exercise_comes_before_its_material():
         first = min(i for i, path in enumerate(NOTEBOOKS) if all(
             w in "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
                            if c.cell_type == "markdown" and not c.source.startswith(
-                               ("## Learning objectives", "## Summary")))
+                               ("## Learning objectives", "## Summary",
+                                "## Answers to the review questions")))
             for w in words))
         assert row >= first, f"exercises {exercise} in row {row + 1}, before {NOTEBOOKS[first]}"
 

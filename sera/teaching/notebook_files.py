@@ -19,9 +19,11 @@ def notebooks(folder: Path | None = None) -> list[Path]:
     return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
 
 
-# What a stored notebook may keep: outputs, execution counts and editor metadata go.
+# What a stored notebook may keep: outputs, execution counts and editor metadata go. A cell's
+# nbgrader metadata stays: it is written by hand (what is graded, for how many points), and nbgrader
+# needs it in both releases.
 KEPT_NOTEBOOK_METADATA = {"kernelspec", "language_info", "sera"}
-KEPT_CELL_METADATA = {"tags"}
+KEPT_CELL_METADATA = {"tags", "nbgrader"}
 
 
 def strip(path: Path) -> bool:

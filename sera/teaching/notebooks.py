@@ -223,14 +223,16 @@ def build_site(executed: Path | None = None, output: Path | None = None,
                source: Path | None = None, figures: Path | None = None) -> list[Path]:
     """A static HTML copy of the course (nbconvert) that works offline and needs no training: the
     study notebooks as run (their executed copies where `make figures` left them; 01-03 run now
-    otherwise, in seconds; 04-08 otherwise show the committed figures), each slider cell with its
-    initial figure, the exercise notebooks as students get them, run, the guide (without its
-    maintainer sections) as the index, the notation page and the key equations. Formulas are
-    MathML written at build time. Refuses an executed copy that was not run to the end
+    otherwise, in seconds; 04-08 otherwise show the committed figures) without their answer keys,
+    each slider cell with its initial figure, the exercise notebooks as students get them, run, the
+    guide (without its maintainer sections) as the index, the notation page and the key equations.
+    Formulas are MathML written at build time. Refuses an executed copy that was not run to the end
     (RuntimeError naming it and the command). Returns the written pages."""
     import tempfile
 
     from nbconvert import HTMLExporter
+
+    from sera.teaching.release import student_notebook
 
     source = source or ROOT / "notebooks"
     executed = executed or ROOT / "build" / "notebooks"
@@ -242,7 +244,7 @@ def build_site(executed: Path | None = None, output: Path | None = None,
     with tempfile.TemporaryDirectory(prefix="sera-site-") as scratch:
         scratch = Path(scratch)
         for path in notebooks(source):
-            nb = _site_copy(path, executed, scratch, figures)
+            nb = student_notebook(_site_copy(path, executed, scratch, figures))  # no answer key
             static_sliders(nb)
             pages.append(output / f"{path.stem}.html")
             pages[-1].write_text(_page(exporter, nb))

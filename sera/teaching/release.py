@@ -3,13 +3,14 @@ an instructor release with them, nbgrader-style.
 
     python -m sera.teaching.release build/course
 
-The exercise notebooks (notebooks/exercises/) mark what only the instructor sees, the way nbgrader
-does: in a code cell, the lines between `### BEGIN SOLUTION` and `### END SOLUTION` become
-`raise NotImplementedError` in the student copy, and the lines between `### BEGIN HIDDEN TESTS`
-and `### END HIDDEN TESTS` go; a markdown cell's worked answer between the same solution markers
-becomes "YOUR ANSWER HERE". build/course/student/ gets the released exercises, the study
-notebooks 01-08 (without outputs), the guide, the notation page and the key equations;
-build/course/instructor/ the same with solutions and worked answers.
+The exercise notebooks (notebooks/exercises/) and the study notebooks' answer keys to their
+review questions mark what only the instructor sees, the way nbgrader does: in a code cell, the
+lines between `### BEGIN SOLUTION` and `### END SOLUTION` become `raise NotImplementedError` in
+the student copy, and the lines between `### BEGIN HIDDEN TESTS` and `### END HIDDEN TESTS` go;
+a markdown cell's worked answer between the same solution markers becomes "YOUR ANSWER HERE".
+build/course/student/ gets the released exercises, the study notebooks 01-08 (without outputs),
+the guide, the notation page and the key equations; build/course/instructor/ the same with
+solutions, worked answers and answer keys.
 """
 
 from __future__ import annotations
