@@ -542,8 +542,10 @@ def stored(name: str, store_dir=None) -> dict:
 def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
     """Predicted beside measured gain over MaxRL per arm and K: the prediction written before
     the runs, and the stored runs' paired gain with its Student-t interval over seeds."""
-    results = load(name, store_dir)
-    final = results.final.assign(method=lambda t: t["arm"])
+    folder = Path(store_dir or STUDY_DIR) / name
+    if not (folder / "final.csv.gz").exists():
+        load(name, store_dir)  # raises, naming the command that stores the runs
+    final = with_arm(pd.read_csv(folder / "final.csv.gz")).assign(method=lambda t: t["arm"])
     prediction = read_prediction(name) if (Path(store_dir or STUDY_DIR) / name
                                            / "prediction.csv").exists() \
         else pd.DataFrame(columns=["arm", "k", "gain", "low", "high", "seeds_needed"])
