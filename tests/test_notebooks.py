@@ -262,6 +262,9 @@ def test_site_renders_every_notebook_offline_and_links_them(tmp_path):
         assert not re.search(r"<script[^>]*src=\"https?://", html), page
         assert "SERAMATH" not in html and "$$" not in html, page
     assert "<math" in (tmp_path / "site" / "01_finite_rollout_fidelity.html").read_text()
+    # a prose check shows its output only: its asserts stay off the page
+    when = (tmp_path / "site" / "08_when_sera_helps.html").read_text()
+    assert "statements about the map hold" not in when  # the print of a prose check
 
 
 def test_site_without_runs_runs_the_quick_notebooks_and_shows_the_committed_figures(tmp_path):
@@ -408,3 +411,18 @@ def test_every_formula_becomes_mathml_without_raw_tex():
             assert not [t for t in texts if "\\" in t], (path.name, mathml)
             checked += 1
     assert checked > 50
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_prose_checks_are_collapsed_out_of_the_readers_way(path):
+    # A cell of several asserts checks the text above it against the tables: tagged, stored
+    # collapsed for JupyterLab, and shown on the site by its output only.
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        tagged = runner.PROSE_CHECK in cell.metadata.get("tags", [])
+        assert tagged == (cell.source.count("assert ") >= 2), (path.name, i)
+        if tagged:
+            assert cell.metadata["jupyter"] == {"source_hidden": True}, (path.name, i)
+    assert not runner.strip(path)  # stored as it is: strip keeps the collapse

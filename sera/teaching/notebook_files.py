@@ -21,9 +21,10 @@ def notebooks(folder: Path | None = None) -> list[Path]:
 
 # What a stored notebook may keep: outputs, execution counts and editor metadata go. A cell's
 # nbgrader metadata stays: it is written by hand (what is graded, for how many points), and nbgrader
-# needs it in both releases.
+# needs it in both releases. A prose check's `jupyter.source_hidden` stays too: JupyterLab shows
+# it collapsed, out of the reader's way.
 KEPT_NOTEBOOK_METADATA = {"kernelspec", "language_info", "sera"}
-KEPT_CELL_METADATA = {"tags", "nbgrader"}
+KEPT_CELL_METADATA = {"tags", "nbgrader", "jupyter"}
 
 
 def strip(path: Path) -> bool:

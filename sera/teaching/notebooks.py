@@ -168,6 +168,9 @@ def _student_index(text: str) -> str:
     return re.sub(r"<!-- maintainers -->\n## .*?(?=^## |\Z)", "", text, flags=re.S | re.M)
 
 
+PROSE_CHECK = "prose-check"
+"""The tag of a cell that checks a notebook's statements against its tables: stored collapsed
+(`jupyter.source_hidden`), shown on the site by its output alone."""
 QUICK = ("01", "02", "03")
 """The study notebooks that run in seconds (no training, no simulation): the site executes them
 when they have no executed copy."""
@@ -231,6 +234,7 @@ def build_site(executed: Path | None = None, output: Path | None = None,
     import tempfile
 
     from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import TagRemovePreprocessor
 
     from sera.teaching.release import student_notebook
 
@@ -240,6 +244,9 @@ def build_site(executed: Path | None = None, output: Path | None = None,
     figures = figures or ROOT / "figures"
     (output / "exercises").mkdir(parents=True, exist_ok=True)
     exporter = HTMLExporter()
+    # a prose check (the asserts behind a notebook's statements) shows its verdict, not its code
+    exporter.register_preprocessor(TagRemovePreprocessor(remove_input_tags={PROSE_CHECK}),
+                                   enabled=True)
     pages = []
     with tempfile.TemporaryDirectory(prefix="sera-site-") as scratch:
         scratch = Path(scratch)
