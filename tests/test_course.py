@@ -34,8 +34,10 @@ def stub(*args):
 def test_reference_solutions_pass_and_stubs_are_not_done(name, capsys):
     feedback = course.CHECKS[name](getattr(solutions, name))
     assert feedback.passed and feedback.done, feedback.message
+    assert feedback.score(3) == 3.0
     feedback = course.CHECKS[name](stub)
     assert not feedback.done and "not done yet" in feedback.message
+    assert feedback.score(3) == 0.0
     out = capsys.readouterr().out
     assert "Traceback" not in out and out.count("PASS ") == 1 and out.count("not done") == 1
 
@@ -150,6 +152,9 @@ def test_each_typical_mistake_gets_its_hint(name, mistake, hint, capsys):
     for secret in ("expected", "expm1", "log1p", "C(n-c", "1 - (1-p)^(N-1)", "0.36"):
         assert secret not in feedback.message, feedback.message
     assert revealed.message.startswith(feedback.message)
+    # graded: a named mistake keeps half the points, an answer the check can only call off none
+    generic = hint in ("by hand", "is off", "other prompts")
+    assert feedback.score(2) == (0.0 if generic else 1.0)
 
 
 def test_an_error_in_student_code_is_a_message():
@@ -177,7 +182,7 @@ def test_the_student_release_holds_no_solution(tmp_path):
     assert "course_solutions" not in student and "BEGIN SOLUTION" not in notebooks
     assert notebooks.count("raise NotImplementedError") == len(course.CHECKS)
     # Each check cell has a hidden test for grading (nbgrader's markers): instructor copy only.
-    assert "HIDDEN TESTS" not in notebooks and "assert feedback.passed" not in notebooks
+    assert "HIDDEN TESTS" not in notebooks and "feedback.score" not in notebooks
     instructor_notebooks = "\n".join(p.read_text() for p in written["instructor"]
                                       if p.suffix == ".ipynb")
     assert instructor_notebooks.count("### BEGIN HIDDEN TESTS") == len(course.CHECKS)
@@ -254,6 +259,100 @@ def test_the_student_release_holds_no_review_answer_and_the_instructor_one_each(
         kept = nbformat.read(tmp_path / "instructor" / path.name, as_version=4).cells[-1]
         assert given.source == f"{ANSWER_KEY}\n\nYOUR ANSWER HERE", path.name
         assert kept.source == source.source, path.name
-        # nbgrader finds the graded cell in both releases.
-        assert given.metadata["nbgrader"] == kept.metadata["nbgrader"] == \
-            source.metadata["nbgrader"]
+        # nbgrader finds the graded cell in both releases (the student's also carries the
+        # checksum nbgrader recorded, which tells an unanswered cell at autograde).
+        assert kept.metadata["nbgrader"] == source.metadata["nbgrader"]
+        assert {k: v for k, v in given.metadata["nbgrader"].items()
+                if k not in ("checksum", "cell_type")} == source.metadata["nbgrader"]
+        assert given.metadata["nbgrader"]["checksum"]
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
+def test_every_graded_cell_ends_with_its_score(path):
+    # nbgrader gives full points to a test cell that runs without error unless its last output
+    # is a number (partial credit): each graded check cell must end with feedback.score(points).
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+              and c.cell_type == "code"]
+    assert len(graded) == sum("sera.teaching.course.check_" in c.source for c in nb.cells
+                              if c.cell_type == "code")
+    for cell in graded:
+        meta = cell.metadata["nbgrader"]
+        assert meta["locked"] and not meta["solution"] and meta["points"] > 0
+        last = cell.source.strip().splitlines()[-2]  # the line before END HIDDEN TESTS
+        assert last.startswith(f"feedback.score({meta['points']})"), cell.source
+        assert cell.source.strip().endswith("### END HIDDEN TESTS")
+    ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "nbgrader" in c.metadata]
+    assert len(ids) == len(set(ids))
+
+
+def _without_markers(source: str) -> str:
+    """A solution cell as the instructor wrote it, without nbgrader's marker lines."""
+    return "\n".join(line for line in source.splitlines()
+                     if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
+
+
+@pytest.mark.slow
+def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_path):
+    # nbgrader itself: generate_assignment releases exercises 1, autograde scores filled-in
+    # copies. The solution gets every point, the stub none, a mistake the check names half of
+    # its cell's points with the hint in the graded output, an answer it cannot name none.
+    import copy
+    import os
+    import subprocess
+    import sys
+
+    import nbformat
+    from nbgrader.api import Gradebook
+
+    path = EXERCISES[0]
+    course = tmp_path / "course"
+    (course / "source" / "ex1").mkdir(parents=True)
+    (course / "source" / "ex1" / path.name).write_bytes(path.read_bytes())
+    (course / "nbgrader_config.py").write_text(
+        f"c = get_config()\nc.CourseDirectory.root = {str(course)!r}\n")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def nbgrader(*args):
+        done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    nbgrader("generate_assignment", "ex1", "--force")
+    released = nbformat.read(course / "release" / "ex1" / path.name, as_version=4)
+    source = {c.metadata["nbgrader"]["grade_id"]: _without_markers(c.source)
+              for c in nbformat.read(path, as_version=4).cells
+              if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"}
+    mistakes = {
+        "kappa": "def kappa(p, n):\n    return 1 - (1 - p) ** n",  # uncentered: named
+        "centered_advantages": ("def centered_advantages(rewards):\n"
+                                "    r = np.asarray(rewards, dtype=float)\n"
+                                "    return (r - r.mean()) / (r.std() + 1e-6)"),  # GRPO: named
+    }
+    submissions = {"solution": dict(source), "stub": {},
+                   "uncentered": {**source, "kappa": mistakes["kappa"]},
+                   "grpo": {**source, "centered_advantages": mistakes["centered_advantages"]},
+                   "unnamed": {**source, "kappa": "def kappa(p, n):\n    return p"}}
+    for student, cells in submissions.items():
+        nb = copy.deepcopy(released)
+        for cell in nb.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id in cells:
+                cell.source = cells[grade_id]
+        folder = course / "submitted" / student / "ex1"
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / path.name)
+        nbgrader("autograde", "ex1", "--student", student, "--create", "--force")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        scores = {s: {g.name: g.score for nb in gradebook.find_submission("ex1", s).notebooks
+                      for g in nb.grades if g.name.startswith("check-")} for s in submissions}
+    assert scores == {
+        "solution": {"check-kappa": 2.0, "check-centered_advantages": 2.0},
+        "stub": {"check-kappa": 0.0, "check-centered_advantages": 0.0},
+        "uncentered": {"check-kappa": 1.0, "check-centered_advantages": 2.0},
+        "grpo": {"check-kappa": 2.0, "check-centered_advantages": 1.0},
+        "unnamed": {"check-kappa": 0.0, "check-centered_advantages": 2.0}}
+    graded = (course / "autograded" / "uncentered" / "ex1" / path.name).read_text()
+    assert "uncentered estimator's fidelity" in graded  # the hint, in the graded output

@@ -27,6 +27,12 @@ class Feedback:
     done: bool
     passed: bool
     message: str
+    credit: float = 0.0
+    """The share of the points: 1 when passed, the hint's credit for a named mistake, else 0."""
+
+    def score(self, points: float) -> float:
+        """The grade out of `points` (an nbgrader test cell ends with it: partial credit)."""
+        return float(points) * (1.0 if self.passed else self.credit)
 
     def _ipython_display_(self) -> None:
         """Nothing: the check printed its message already, and a check ending a cell would
@@ -38,10 +44,13 @@ class Feedback:
 
 @dataclass(frozen=True)
 class Hint:
-    """What is wrong (always shown) and what is right (shown only with answers=True)."""
+    """What is wrong (always shown), what is right (shown only with answers=True), and the share
+    of the points the mistake keeps when graded: half for a typical mistake the check names, none
+    for an answer it can only call different or malformed."""
 
     wrong: str
     answer: str = ""
+    credit: float = 0.5
 
 
 def _from_sera(value) -> bool:
@@ -87,9 +96,10 @@ def _report(name: str, fn, run, answers: bool) -> Feedback:
     else:
         if isinstance(hint, Hint):
             text = hint.wrong + (f" {hint.answer}" if answers and hint.answer else "")
-            feedback = Feedback(True, False, f"{name}: not yet. {text}")
+            feedback = Feedback(True, False, f"{name}: not yet. {text}", hint.credit)
         else:
-            feedback = Feedback(True, True, f"{name}: correct." + (f" {hint}" if hint else ""))
+            feedback = Feedback(True, True, f"{name}: correct." + (f" {hint}" if hint else ""),
+                                1.0)
     print(("PASS " if feedback.passed else "---- ") + feedback.message)
     return feedback
 
@@ -124,7 +134,7 @@ def check_kappa(fn, answers: bool = False) -> Feedback:
                 if _close(got, values):
                     return Hint(hint, "kappa = 1 - (1-p)^(N-1).")
             return Hint("The values differ from the fidelity; work out p = 0.2, N = 3 by hand.",
-                        "kappa(0.2, 3) = 0.36.")
+                        "kappa(0.2, 3) = 0.36.", credit=0.0)
         if abs(float(fn(1e-12, 3)) - 2e-12) > 1e-20:
             return Hint("Right formula, but at p = 1e-12 it loses its digits: 1 - (1-p)^2 rounds "
                         "to a multiple of 1e-16. numpy has functions that keep them.",
@@ -163,7 +173,7 @@ def check_centered_advantages(fn, answers: bool = False) -> Feedback:
                             "another statistic of the group.", expected)
             if mean > 0 and _close(got, (r - mean) / r.size):
                 return Hint("Divide by the group's mean reward, not by its size.", expected)
-            return Hint(f"For rewards {r.tolist()} your advantages differ.", expected)
+            return Hint(f"For rewards {r.tolist()} your advantages differ.", expected, 0.0)
         return None
 
     return _report("centered advantages", fn, run, answers)
@@ -185,7 +195,7 @@ def check_two_prompt_waterline(fn, answers: bool = False) -> Feedback:
                 continue
             expected = f"For p = ({p1}, {p2}), budget {budget}: expected {np.round(want, 4)}."
             if got.shape != (2,):
-                return Hint("Return the two counts as one array of two numbers.")
+                return Hint("Return the two counts as one array of two numbers.", credit=0.0)
             if abs(got.sum() - budget) > 1e-6:
                 return Hint(f"The two counts must add up to the budget ({budget}); yours add to "
                             f"{got.sum():.4g}.")
@@ -201,7 +211,7 @@ def check_two_prompt_waterline(fn, answers: bool = False) -> Feedback:
                 return Hint("Your N - 1 is proportional to 1/p; equal kappa asks for another "
                             "function of p (write kappa as an exponential).", expected)
             return Hint(f"For p = ({p1}, {p2}), budget {budget}, N_min = {n_min} your counts "
-                        f"do not give the two prompts equal kappa.", expected)
+                        f"do not give the two prompts equal kappa.", expected, 0.0)
         return None
 
     return _report("two-prompt waterline", fn, run, answers)
@@ -256,7 +266,7 @@ def check_rounding(fn, answers: bool = False) -> Feedback:
 def _rounding_shape(got, continuous, budget) -> Hint | None:
     """A hint when got is not whole numbers, misses the budget or leaves floor and ceiling."""
     if got.shape != continuous.shape or not np.allclose(got, np.round(got)):
-        return Hint("Return one whole number per prompt.")
+        return Hint("Return one whole number per prompt.", credit=0.0)
     got = np.round(got).astype(int)
     if got.sum() != budget:
         return Hint(f"Your counts add to {got.sum()}; the budget is {budget}.")
@@ -321,7 +331,7 @@ def _rounding_hint(wrong: list[_Batch]) -> Hint:
     return Hint(f"For p = {np.round(first.p, 3).tolist()} and budget {first.budget} your extra "
                 f"rollouts went to other prompts than the paper's rule picks: compare each "
                 f"prompt's fidelity after one more rollout with the level.",
-                f"Expected {first.paper.tolist()}.")
+                f"Expected {first.paper.tolist()}.", 0.0)
 
 
 # ---------------------------------------------------------------------- exercise 3: weights, Pass@K
@@ -338,7 +348,7 @@ def check_multiplicity_weights(fn, answers: bool = False) -> Feedback:
         if _close(got, want):
             return None
         if got.shape != want.shape:
-            return Hint("Return one weight per prompt.")
+            return Hint("Return one weight per prompt.", credit=0.0)
         if not np.all(np.isfinite(got)):
             return Hint("A prompt with no rollouts gets weight 0, not a division by zero.")
         if _close(got[:4], counts[:4] / 8):
@@ -348,7 +358,7 @@ def check_multiplicity_weights(fn, answers: bool = False) -> Feedback:
             return Hint("Your weights make a prompt's responses sum to 1, not to what it "
                         "carried under uniform counts (n0).", expected)
         return Hint("Check a prompt's total weight, its count times its weight: it should be the "
-                    "same for every prompt that got rollouts.", expected)
+                    "same for every prompt that got rollouts.", expected, 0.0)
 
     return _report("multiplicity weights", fn, run, answers)
 
@@ -372,7 +382,8 @@ def check_pass_at_k(fn, answers: bool = False) -> Feedback:
                 return Hint("1 - (1 - c/n)^K draws with replacement: it is biased for K > 1. "
                             "Count the ways K samples drawn without replacement miss every "
                             "correct one.", "Use 1 - C(n-c, K) / C(n, K).")
-            return Hint(f"For n = {n}, c = {c}, K = {k} your value {got:.6f} is off.", expected)
+            return Hint(f"For n = {n}, c = {c}, K = {k} your value {got:.6f} is off.", expected,
+                        0.0)
         return None
 
     return _report("Pass@K", fn, run, answers)

@@ -69,9 +69,45 @@ def solutions(path: Path) -> dict:
     return {k: v for k, v in namespace.items() if getattr(v, "__module__", "") == "solutions"}
 
 
+def generate_assignments(folders: dict[str, list[Path]], course: Path) -> dict[Path, Path]:
+    """nbgrader's student copies: each assignment's notebooks through `nbgrader
+    generate_assignment` in the course directory `course` (its gradebook included), which removes
+    solutions and hidden tests, marks locked cells read-only and records the checksums autograde
+    compares. Returns source notebook -> released notebook."""
+    import os
+    import subprocess
+
+    if course.exists():
+        shutil.rmtree(course)
+    course.mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text(
+        f"c = get_config()\nc.CourseDirectory.root = {str(course.resolve())!r}\n")
+    # nbgrader runs alembic, which sits beside this interpreter
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                                 f"{os.environ.get('PATH', '')}"}
+    released = {}
+    for assignment, paths in folders.items():
+        (course / "source" / assignment).mkdir(parents=True)
+        for path in paths:
+            shutil.copy(path, course / "source" / assignment / path.name)
+        done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment",
+                               assignment, "--force"], cwd=course, env=env,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n"
+                               f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        released.update({path: course / "release" / assignment / path.name for path in paths})
+    return released
+
+
 def release(output: Path, source: Path | None = None) -> dict[str, list[Path]]:
-    """Write output/student/ and output/instructor/; return the files of each."""
+    """Write output/student/ (through nbgrader generate_assignment, whose course directory with
+    its gradebook stays in output/nbgrader/ for autograding) and output/instructor/; return the
+    files of each."""
     source = source or ROOT / "notebooks"
+    studies, exercises = notebooks(source), notebooks(source / "exercises")
+    student = generate_assignments({"notebooks": studies, "exercises": exercises},
+                                   output / "nbgrader")
     written: dict[str, list[Path]] = {}
     for kind in ("student", "instructor"):
         target = output / kind
@@ -79,13 +115,13 @@ def release(output: Path, source: Path | None = None) -> dict[str, list[Path]]:
             shutil.rmtree(target)
         (target / "exercises").mkdir(parents=True)
         files = []
-        for path in [*notebooks(source), *notebooks(source / "exercises")]:
-            nb = nbformat.read(path, as_version=4)
-            if kind == "student":
-                student_notebook(nb)
+        for path in [*studies, *exercises]:
             dest = target / path.relative_to(source)
-            nbformat.write(nb, dest)
-            strip(dest)
+            if kind == "student":
+                shutil.copy(student[path], dest)  # as nbgrader wrote it: locks kept
+            else:
+                shutil.copy(path, dest)
+                strip(dest)
             files.append(dest)
         for name in ("README.md", "NOTATION.md", "KEY_EQUATIONS.md"):
             shutil.copy(source / name, target / name)
