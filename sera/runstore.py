@@ -32,12 +32,12 @@ import pandas as pd
 from sera.tables import TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY_DIR = ROOT / "data" / "study"
+DATA_DIR = ROOT / "data"
+"""The repository's shipped data (the paper's reference numbers, the stored studies)."""
+STUDY_DIR = DATA_DIR / "study"
 """Where the studies' stored runs live (one folder per confirmation point or sweep)."""
 RUNS_ROOT = ROOT / "build" / "runs"
 """Where the studies train by default (the run folders, not committed)."""
-DATA_DIR = ROOT / "data"
-"""The repository's shipped data (the paper's reference numbers, the stored studies)."""
 CONFIG = "config.json"
 PROVENANCE = "provenance.jsonl"
 CHECKPOINT = "checkpoint.pt"

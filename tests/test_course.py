@@ -300,27 +300,13 @@ def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_
     # copies. The solution gets every point, the stub none, a mistake the check names half of
     # its cell's points with the hint in the graded output, an answer it cannot name none.
     import copy
-    import os
-    import subprocess
-    import sys
 
     import nbformat
     from nbgrader.api import Gradebook
 
     path = EXERCISES[0]
     course = tmp_path / "course"
-    (course / "source" / "ex1").mkdir(parents=True)
-    (course / "source" / "ex1" / path.name).write_bytes(path.read_bytes())
-    (course / "nbgrader_config.py").write_text(
-        f"c = get_config()\nc.CourseDirectory.root = {str(course)!r}\n")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-
-    def nbgrader(*args):
-        done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
-                              capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-
-    nbgrader("generate_assignment", "ex1", "--force")
+    release.generate_assignments({"ex1": [path]}, course)
     released = nbformat.read(course / "release" / "ex1" / path.name, as_version=4)
     source = {c.metadata["nbgrader"]["grade_id"]: _without_markers(c.source)
               for c in nbformat.read(path, as_version=4).cells
@@ -344,7 +330,7 @@ def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_
         folder = course / "submitted" / student / "ex1"
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / path.name)
-        nbgrader("autograde", "ex1", "--student", student, "--create", "--force")
+        release.nbgrader(course, "autograde", "ex1", "--student", student, "--create", "--force")
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         scores = {s: {g.name: g.score for nb in gradebook.find_submission("ex1", s).notebooks
                       for g in nb.grades if g.name.startswith("check-")} for s in submissions}

@@ -526,12 +526,16 @@ def _of_run(table: pd.DataFrame, keys: dict) -> pd.Series:
 
 def load(name: str, store_dir=None) -> Results:
     """A point's stored tables (metrics, final, allocations) as the trainers return them."""
+    return Results(*(_stored_table(name, t, store_dir) for t in TABLES))
+
+
+def _stored_table(name: str, table: str, store_dir=None) -> pd.DataFrame:
+    """One stored table of a point, with its arm column."""
     folder = Path(store_dir or STUDY_DIR) / name
     if not (folder / "final.csv.gz").exists():
         raise FileNotFoundError(f"no stored runs for {name!r} in {folder}; run "
                                 f"`python -m sera.confirm run {name}` (hours on two cores)")
-    tables = [with_arm(pd.read_csv(folder / f"{t}.csv.gz")) for t in TABLES]
-    return Results(*tables)
+    return with_arm(pd.read_csv(folder / f"{table}.csv.gz"))
 
 
 def stored(name: str, store_dir=None) -> dict:
@@ -542,10 +546,7 @@ def stored(name: str, store_dir=None) -> dict:
 def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
     """Predicted beside measured gain over MaxRL per arm and K: the prediction written before
     the runs, and the stored runs' paired gain with its Student-t interval over seeds."""
-    folder = Path(store_dir or STUDY_DIR) / name
-    if not (folder / "final.csv.gz").exists():
-        load(name, store_dir)  # raises, naming the command that stores the runs
-    final = with_arm(pd.read_csv(folder / "final.csv.gz")).assign(method=lambda t: t["arm"])
+    final = _stored_table(name, "final", store_dir).assign(method=lambda t: t["arm"])
     prediction = read_prediction(name) if (Path(store_dir or STUDY_DIR) / name
                                            / "prediction.csv").exists() \
         else pd.DataFrame(columns=["arm", "k", "gain", "low", "high", "seeds_needed"])

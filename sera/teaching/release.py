@@ -74,30 +74,34 @@ def generate_assignments(folders: dict[str, list[Path]], course: Path) -> dict[P
     generate_assignment` in the course directory `course` (its gradebook included), which removes
     solutions and hidden tests, marks locked cells read-only and records the checksums autograde
     compares. Returns source notebook -> released notebook."""
-    import os
-    import subprocess
-
     if course.exists():
         shutil.rmtree(course)
     course.mkdir(parents=True)
     (course / "nbgrader_config.py").write_text(
         f"c = get_config()\nc.CourseDirectory.root = {str(course.resolve())!r}\n")
-    # nbgrader runs alembic, which sits beside this interpreter
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
-                                 f"{os.environ.get('PATH', '')}"}
     released = {}
     for assignment, paths in folders.items():
         (course / "source" / assignment).mkdir(parents=True)
         for path in paths:
             shutil.copy(path, course / "source" / assignment / path.name)
-        done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment",
-                               assignment, "--force"], cwd=course, env=env,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"nbgrader generate_assignment {assignment} failed:\n"
-                               f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        nbgrader(course, "generate_assignment", assignment, "--force")
         released.update({path: course / "release" / assignment / path.name for path in paths})
     return released
+
+
+def nbgrader(course: Path, *args: str) -> None:
+    """Run an nbgrader command in the course directory (RuntimeError with its output if it
+    fails); nbgrader runs alembic, which sits beside this interpreter."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
+                                 f"{os.environ.get('PATH', '')}"}
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout[-2000:]}"
+                           f"{done.stderr[-2000:]}")
 
 
 def release(output: Path, source: Path | None = None) -> dict[str, list[Path]]:
