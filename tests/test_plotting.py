@@ -49,8 +49,9 @@ def test_waterline_slider_over_its_range(a, b, batch, n0, n_min, n_max, method):
         n0 = n_min
     fig = splot.plot_waterline_beta(a, b, batch, n0, n_min, n_max, method, seed=3)
     assert len(fig.axes) == 2
-    heights = [patch.get_height() for patch in fig.axes[0].patches]
-    assert sum(heights) == pytest.approx(batch * n0)
+    counts = fig.axes[0].collections[0]  # the integer counts, one bar per prompt
+    heights = [path.vertices[:, 1].max() for path in counts.get_paths()]
+    assert len(heights) == batch and sum(heights) == pytest.approx(batch * n0)
 
 
 def test_waterline_slider_says_why_it_cannot_draw():
@@ -386,3 +387,24 @@ def test_arms_figure_draws_every_arm_at_every_k_with_its_seeds():
     assert labels == ["a: sera-rate (4 seeds)", "a: sera (4 seeds)",
                       "a: sera-rate nmin-3 (4 seeds)", "b: sera-rate (6 seeds)"]
     assert len([c for c in fig.axes[1].collections if c.get_offsets().shape[0] == 4]) == 4
+
+
+@pytest.mark.parametrize("value", [1e-9, 0.003, 0.7, 1.0, 1.01, 1.5, 7.9, 8.0, 8.01, 23.0, 64.0,
+                                   86.4, 1e12 + 1])
+def test_headroom_is_the_next_step_of_the_axis_limit_ladder(value):
+    from sera.plotting.style import headroom
+
+    ladder = sorted(s * 10.0 ** e for e in range(-12, 14) for s in (1, 1.5, 2, 3, 4, 5, 6, 8))
+    assert headroom(value) == pytest.approx(min(v for v in ladder if v >= value * (1 - 1e-12)))
+
+
+def test_bars_are_one_artist_with_the_heights_given():
+    from sera.plotting.style import bars, new_figure
+
+    fig, ax = new_figure()
+    heights = np.array([3.0, 0.0, 7.5, 1.0])
+    collection = bars(ax, np.arange(4), heights, color="#d62728", label="counts")
+    tops = [path.vertices[:, 1].max() for path in collection.get_paths()]
+    assert list(ax.collections) == [collection] and tops == pytest.approx(heights)
+    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > heights.max()  # rests on zero
+    assert ax.get_legend_handles_labels()[1] == ["counts"]

@@ -11,7 +11,9 @@ from matplotlib import colormaps
 from sera.allocation import allocate, waterline
 from sera.fidelity import mixed_probability
 from sera.plotting.style import (
+    bars,
     count_ticks,
+    headroom,
     integer_ticks,
     message_figure,
     method_style,
@@ -29,15 +31,15 @@ def plot_waterline(p, budget: int, n_min: int = 2, n_max: int | None = None,
     result = allocate(p, budget, n_min, n_max, method=method)
     fig, (top, bottom) = new_figure(nrows=2, width=6.0, height=2.6, sharex=True)
     x = np.arange(p.size)
-    top.bar(x, result.counts, color=method_style(method).color, alpha=0.7,
-            label=f"integer counts ({method})")
+    bars(top, x, result.counts, color=method_style(method).color, alpha=0.7,
+         label=f"integer counts ({method})")
     top.step(x, result.continuous, where="mid", color="#404040", lw=1.2, label="continuous")
     top.axhline(budget / p.size, color=method_style("uniform").color, ls=":", lw=1,
                 label=f"uniform N0 = {budget / p.size:g}")
     top.set(ylabel="rollouts N_q", title=f"B = {p.size}, budget M = {budget}, "
-            f"N_min = {n_min}, N_max = {n_max}", ylim=(0, result.counts.max() * 1.35))
+            f"N_min = {n_min}, N_max = {n_max}", ylim=(0, headroom(result.counts.max() * 1.35)))
     top.legend(loc="upper right", ncols=3, fontsize=7)
-    bottom.bar(x, result.fidelity, color="#8fb6d9", label="κ(p_q, N_q)")
+    bars(bottom, x, result.fidelity, color="#8fb6d9", label="κ(p_q, N_q)")
     bottom.axhline(result.level, color="#d62728", lw=1.5,
                    label=f"water level c = {result.level:.3f}")
     bottom.plot(x, p, ".", color="#404040", ms=3, label="p_q")
@@ -110,7 +112,8 @@ def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float
     left.plot(p[kept], result.counts[kept], "o", color=method_style("sera").color, ms=4,
               label="retained")
     left.plot(p[~kept], np.zeros((~kept).sum()), "x", color="#404040", label="dropped")
-    left.set(xlabel="p", ylabel="rollouts N_q",
+    top = headroom(result.counts.max() * 1.05)
+    left.set(xlabel="p", ylabel="rollouts N_q", xlim=(-0.03, 1.03), ylim=(-0.05 * top, top),
              title="fallback taken" if result.fallback else f"{kept.sum()} of {p.size} kept")
     left.legend(loc="upper right")
     u = mixed_probability(p[kept], result.counts[kept])
@@ -121,7 +124,8 @@ def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float
     right.plot(p[~kept], mixed_probability(p[~kept], whole[~kept]), "x", color="#404040",
                label="dropped: U if the whole\nbatch were allocated")
     right.axhline(u_min, color="#d62728", ls="--", lw=1, label=f"u_min = {u_min:g}")
-    right.set(xlabel="p", ylabel="U(p, N)", ylim=(0, 1.02), title="mixed-group probability")
+    right.set(xlabel="p", ylabel="U(p, N)", xlim=(-0.03, 1.03), ylim=(0, 1.02),
+              title="mixed-group probability")
     right.legend(loc="lower center")
     return fig
 

@@ -10,7 +10,7 @@ from matplotlib import colormaps
 
 from sera.allocation import waterline
 from sera.fidelity import kappa, mixed_probability, rollouts_for_fidelity
-from sera.plotting.style import integer_ticks, new_figure, styled
+from sera.plotting.style import bars, integer_ticks, new_figure, styled
 
 P_GRID = np.linspace(0.0, 1.0, 401)
 
@@ -41,9 +41,9 @@ def plot_kappa_slider(p: float = 0.1, n: int = 8):
     k = np.arange(1, terms + 1)
     values = (1 - p) ** (k - 1)
     kept = k <= n - 1
-    left.bar(k[kept], values[kept], color="#d62728", label=f"kept (k <= N-1 = {n - 1})")
-    left.bar(k[~kept], values[~kept], color="#c7c7c7", label="truncated")
-    left.set(xlabel="series term k", ylabel="(1-p)^(k-1)",
+    bars(left, k[kept], values[kept], color="#d62728", label=f"kept (k <= N-1 = {n - 1})")
+    bars(left, k[~kept], values[~kept], color="#c7c7c7", label="truncated")
+    left.set(xlabel="series term k", ylabel="(1-p)^(k-1)", ylim=(0, 1.05),
              title=f"κ = p · kept sum = {p * values[kept].sum():.3f}")
     integer_ticks(left.xaxis)
     left.legend(loc="upper right")

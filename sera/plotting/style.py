@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib as mpl
+import numpy as np
+from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
+from matplotlib.transforms import Bbox
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,33 @@ def message_figure(text: str, width: float = 6.0, height: float = 2.0):
     return fig
 
 
+def headroom(value: float) -> float:
+    """The smallest of 1, 1.5, 2, 3, 4, 5, 6 and 8 times a power of ten at or above value: an
+    axis limit that moves in a few steps, not with every change of the data, so that a slider's
+    figure keeps its axes (and can be blitted) while the data move within them."""
+    if value <= 0:
+        return 1.0
+    scale = 10.0 ** math.floor(math.log10(value))
+    return next(step * scale for step in (1, 1.5, 2, 3, 4, 5, 6, 8, 10)
+                if step * scale >= value * (1 - 1e-12))
+
+
+def bars(ax, x, height, width: float = 0.8, color=None, alpha=None, label=None):
+    """Bars of `height` centred at `x`, drawn as one PolyCollection rather than one Rectangle
+    each (Axes.bar): a batch of 128 prompts is one artist, which a slider redraws many times a
+    second. They rest on zero, as Axes.bar's do (no margin below them)."""
+    x, height = np.asarray(x, dtype=float), np.asarray(height, dtype=float)
+    left, right, base = x - width / 2, x + width / 2, np.zeros_like(x)
+    corners = np.stack([np.column_stack(c) for c in
+                        ((left, base), (left, height), (right, height), (right, base))], axis=1)
+    collection = PolyCollection(corners, facecolors=color, edgecolors="none", alpha=alpha,
+                                label=label)
+    collection.sticky_edges.y.append(0.0)
+    ax.add_collection(collection, autolim=True)
+    ax.autoscale_view()
+    return collection
+
+
 def integer_ticks(axis) -> None:
     """Whole-number ticks only (for counts and indices)."""
     from matplotlib.ticker import MaxNLocator
@@ -152,9 +183,11 @@ _TARGETS: list = []  # figures that new_figure redraws into, innermost last (see
 
 @contextlib.contextmanager
 def drawing_into(fig):
-    """Inside this block new_figure clears and reuses `fig` (keeping its size) instead of making
-    a figure: a live slider (sera.teaching.widgets) redraws the one figure its canvas shows
-    through the same plot functions as the figure cells."""
+    """Inside this block new_figure redraws into `fig` (keeping its size) instead of making a
+    figure: a live slider (sera.teaching.widgets) redraws the one figure its canvas shows through
+    the same plot functions as the figure cells. A plot that asks for the grid of axes it asked
+    for last time gets the same axes back, emptied of what was drawn in them (see `_emptied`), so
+    that their ticks and frames need not be made again."""
     _TARGETS.append(fig)
     try:
         yield fig
@@ -163,17 +196,46 @@ def drawing_into(fig):
 
 
 def new_figure(ncols: int = 1, nrows: int = 1, width: float = 4.2, height: float = 3.2, **kw):
-    """A figure in the house style: (fig, axes); inside drawing_into, that figure cleared."""
+    """A figure in the house style: (fig, axes); inside drawing_into, that figure, its axes
+    emptied when the same grid was asked for last time, else made anew."""
     with mpl.rc_context(RC):
-        if _TARGETS:
+        grid = (ncols, nrows, width, height, repr(sorted(kw.items())))
+        if not _TARGETS:
+            fig = SeraFigure(figsize=(width * ncols, height * nrows), layout="constrained")
+        else:
             fig = _TARGETS[-1]
+            kept = getattr(fig, "_sera_grid", None)
+            if kept is not None and kept[0] == grid and kept[2] == fig.axes:
+                for ax in kept[2]:
+                    _emptied(ax)
+                return fig, kept[1]
             for ax in fig.axes:  # Figure.clear would clear each axes before dropping it: slow
                 fig.delaxes(ax)
             fig.clear()
-        else:
-            fig = SeraFigure(figsize=(width * ncols, height * nrows), layout="constrained")
         axes = fig.subplots(nrows, ncols, **kw)
+        fig._sera_grid = (grid, axes, list(fig.axes))
     return fig, axes
+
+
+def _emptied(ax) -> None:
+    """Take out what a plot drew in ax (lines, bars, texts, legend, titles, labels, its data
+    limits and colour cycle) and leave the frame, the axis objects and their tick machinery,
+    which cost most of a redraw to make. The plot then sets its limits, scales and ticks again,
+    as it does on a fresh axes."""
+    for artist in [*ax.lines, *ax.patches, *ax.collections, *ax.texts, *ax.images, *ax.artists,
+                   *ax.tables]:
+        artist.remove()
+    ax.containers.clear()
+    if ax.legend_ is not None:
+        ax.legend_.remove()
+    for loc in ("center", "left", "right"):
+        ax.set_title("", loc=loc)
+    ax.set(xlabel="", ylabel="")
+    ax.set_axis_on()
+    ax.set_prop_cycle(None)
+    ax.dataLim.set_points(Bbox.null().get_points())
+    ax.ignore_existing_data_limits = True
+    ax.set_autoscale_on(True)
 
 
 def savefig(fig, name: str, folder: str | os.PathLike | None = None) -> list[Path]:

@@ -52,12 +52,14 @@ def _explorer_class():
 
     class Explorer(widgets.VBox):
         """Sliders (`controls`, by argument name) above `figure` on a live canvas; `draws`
-        counts the redraws. Displayed, it also carries the initial figure as a PNG, which is
-        what a front end without widgets (and the static site) shows."""
+        counts the redraws and `blits` those that repainted only the axes' contents.
+        Displayed, it also carries the initial figure as a PNG, which is what a front end
+        without widgets (and the static site) shows."""
 
         def __init__(self, plot, **controls):
-            self.plot, self.controls, self.draws = plot, controls, 0
+            self.plot, self.controls, self.draws, self.blits = plot, controls, 0, 0
             self._queued, self._settle, self._collector = False, None, None
+            self._background = self._backdrop = None
             self.figure = plot(**self.values())
             self.figure.set_dpi(SeraFigure.DISPLAY_DPI)  # the size the static PNG has
             canvas = Canvas(self.figure)
@@ -87,34 +89,45 @@ def _explorer_class():
                 loop.call_soon(self._frame, loop)
 
         def _frame(self, loop) -> None:
-            """Draw the figure and send it to the page. While a slider moves, each frame keeps
-            the last layout (the constrained layout costs half a frame) and Python's collector
-            runs once a frame, when the last frame's artists have just become garbage (left to
-            itself it stops every few frames for a sweep of the whole kernel, 0.1-0.3 s); once
-            the sliders rest for SETTLE seconds the figure is laid out again and the collector
-            is left to itself."""
+            """Draw the figure for the sliders' values and send it to the page. While a slider
+            moves (a kernel loop runs), the plot redraws into the axes it drew last time and,
+            when their limits, ticks and labels are unchanged, only what was drawn in them is
+            painted over the saved background and sent (blitting: the axes' ticks and labels
+            cost most of a full draw); otherwise the figure is drawn whole, keeping the last
+            layout (the constrained layout costs half a frame). Python's collector runs once a
+            frame, when the last frame's artists have just become garbage (left to itself it
+            stops every few frames for a sweep of the whole kernel, 0.1-0.3 s). Once the sliders
+            rest for SETTLE seconds the figure is laid out and drawn whole again."""
             self._queued = False
             figure = self.figure
             laid_out = [ax.get_position() for ax in figure.axes]
-            if loop is not None:
-                if self._collector is None:
-                    self._collector = gc.isenabled()
-                    gc.disable()
-                _clear_axes(figure)
+            if loop is not None and self._collector is None:
+                self._collector = gc.isenabled()
+                gc.disable()
             with drawing_into(figure):
                 try:
                     self.plot(**self.values())
                 except ValueError as error:  # a setting the plot rejects: say why, no traceback
                     splot.message_figure(str(error))
             self.draws += 1
-            _draw(figure, laid_out if loop is not None else None)
-            if loop is not None:
-                if self._settle is not None:
-                    self._settle.cancel()
-                self._settle = loop.call_later(SETTLE, self._rest)
+            if loop is None:
+                self._rest()
+                return
+            gc.collect(0)
+            backdrop = _backdrop(figure)
+            if self._background is not None and backdrop == self._backdrop:
+                _blit(figure, self._background)
+                self.blits += 1
+            else:
+                self._background, self._backdrop = _draw_behind(figure, laid_out), backdrop
+            if self._settle is not None:
+                self._settle.cancel()
+            self._settle = loop.call_later(SETTLE, self._rest)
 
         def _rest(self) -> None:
-            self._settle = None
+            self._settle = self._background = self._backdrop = None
+            for artist in _moving(self.figure):
+                artist.set_animated(False)
             self.figure.canvas.draw()
             self._release_collector()
 
@@ -142,26 +155,60 @@ def _explorer_class():
     return Explorer
 
 
-def _clear_axes(figure) -> None:
-    """Remove the figure's axes and collect the youngest generation, where the last frame's
-    artists have just become garbage."""
-    for ax in figure.axes:
-        figure.delaxes(ax)
-    gc.collect(0)
+def _moving(figure) -> list:
+    """What a plot drew in the figure's axes (lines, bars, texts, titles, legends), in the order
+    a full draw paints them: what a blitted frame paints over the saved background."""
+    moving = []
+    for ax in sorted(figure.axes, key=lambda a: a.get_zorder()):
+        frame = {ax.patch, ax.xaxis, ax.yaxis, *ax.spines.values()}
+        moving += sorted((a for a in ax.get_children() if a not in frame),
+                         key=lambda a: a.get_zorder())
+    return moving
 
 
-def _draw(figure, laid_out) -> None:
-    """Draw the figure; with laid_out (the axes' positions before the frame, one per axes),
-    keep them instead of laying the figure out again."""
-    if laid_out is None or len(laid_out) != len(figure.axes):
-        figure.canvas.draw()
-        return
-    engine = figure.get_layout_engine()
-    figure.set_layout_engine("none")
-    for ax, box in zip(figure.axes, laid_out, strict=True):
-        ax.set_position(box)
-    figure.canvas.draw()
+def _backdrop(figure) -> list:
+    """What the saved background shows: each axes' place, limits, scales, ticks and labels, and
+    the figure's own texts. A frame whose backdrop equals the last one's can be blitted."""
+    def ticks(axis):
+        values = axis.get_majorticklocs()
+        return tuple(values), tuple(axis.get_major_formatter().format_ticks(values))
+
+    return [(tuple(ax.get_position().bounds), ax.get_xlim(), ax.get_ylim(), ax.get_xscale(),
+             ax.get_yscale(), ax.get_xlabel(), ax.get_ylabel(), ax.axison, ticks(ax.xaxis),
+             ticks(ax.yaxis)) for ax in figure.axes] + \
+        [text.get_text() for text in figure.texts] + [len(figure.legends)]
+
+
+def _draw_behind(figure, laid_out):
+    """Draw the figure whole without its axes' contents, keeping the axes at `laid_out` (their
+    positions before the frame, one per axes) instead of laying the figure out again; save that
+    background, paint the contents over it and send the frame. Returns the background."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    moving = _moving(figure)
+    for artist in moving:
+        artist.set_animated(True)
+    canvas, engine = figure.canvas, figure.get_layout_engine()
+    if len(laid_out) == len(figure.axes):
+        figure.set_layout_engine("none")
+        for ax, box in zip(figure.axes, laid_out, strict=True):
+            ax.set_position(box)
+    FigureCanvasAgg.draw(canvas)  # render only: the page gets the frame once, by blit below
     figure.set_layout_engine(engine)
+    background = canvas.copy_from_bbox(figure.bbox)
+    for artist in moving:
+        figure.draw_artist(artist)
+    canvas.blit(figure.bbox)
+    return background
+
+
+def _blit(figure, background) -> None:
+    """Paint the axes' contents over the saved background and send the frame."""
+    canvas = figure.canvas
+    canvas.restore_region(background)
+    for artist in _moving(figure):
+        figure.draw_artist(artist)
+    canvas.blit(figure.bbox)
 
 
 def _close_children(root) -> None:
