@@ -15,7 +15,7 @@ import pytest
 
 import sera
 from sera.fidelity import kappa as _K
-from sera.teaching import course, release
+from sera.teaching import course, notebook_files, release
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = sorted((ROOT / "notebooks" / "exercises").glob("[0-9][0-9]_*.ipynb"))
@@ -191,6 +191,25 @@ def test_the_student_release_holds_no_solution(tmp_path):
     assert all(body.strip().splitlines()[-1].strip() in instructor for body in bodies)
     assert [p.relative_to(tmp_path / "student") for p in written["student"]] == \
         [p.relative_to(tmp_path / "instructor") for p in written["instructor"]]
+
+
+def test_each_release_gets_the_guide_its_reader_needs(tmp_path):
+    # the student guide has no recipe, no grading, no switch that reveals expected values and
+    # no maintainer section, and says what the student's copies are; the instructor's has the
+    # grading recipe and not the student's block
+    written = release.release(tmp_path)
+    student, instructor = ((tmp_path / kind / "README.md").read_text()
+                           for kind in ("student", "instructor"))
+    for text in (student, instructor):
+        assert "<!--" not in text and "Keeping the repository clean" not in text
+        assert "## The path" in text and "## Glossary of the methods" in text
+    for hidden in ("answers=True", "instructor's copies", "nbgrader autograde", "JupyterHub"):
+        assert hidden not in student and hidden in instructor, hidden
+    assert "Your copies:" in student and "Your copies:" not in instructor
+    parameters = "\n".join(p.read_text() for p in written["student"] if p.suffix == ".ipynb")
+    assert "answers = False" not in parameters and "answers=answers" not in parameters
+    with pytest.raises(ValueError, match="reader"):
+        notebook_files.guide_for(student, "maintainer")
 
 
 def test_released_cells_keep_what_is_not_a_solution():

@@ -6,6 +6,7 @@ both read them.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -17,6 +18,23 @@ def notebooks(folder: Path | None = None) -> list[Path]:
     """The numbered notebooks, in order."""
     folder = folder or ROOT / "notebooks"
     return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+
+
+READERS = {"student": "instructor", "instructor": "student"}  # each reader and the blocks it skips
+
+
+def guide_for(text: str, reader: str) -> str:
+    """The course guide (notebooks/README.md) as `reader` gets it: without its maintainer
+    sections (each follows a `<!-- maintainers -->` line and runs to the next level-2 heading)
+    and without the blocks marked for the other reader (`<!-- instructor -->` ...
+    `<!-- /instructor -->`: recipes, grading and the self-study switch, which the student copy
+    leaves out; `<!-- student -->` ... `<!-- /student -->`: what the student copy adds)."""
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {sorted(READERS)}, got {reader!r}")
+    text = re.sub(r"<!-- maintainers -->\n## .*?(?=^## |\Z)", "", text, flags=re.S | re.M)
+    other = READERS[reader]
+    text = re.sub(rf"<!-- {other} -->\n.*?<!-- /{other} -->\n", "", text, flags=re.S)
+    return re.sub(rf"<!-- /?{reader} -->\n", "", text)
 
 
 # What a stored notebook may keep: outputs, execution counts and editor metadata go. A cell's

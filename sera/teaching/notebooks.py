@@ -24,6 +24,7 @@ import nbformat
 from sera.teaching.notebook_files import (  # noqa: F401 (the runner's public names)
     KEPT_NOTEBOOK_METADATA,
     ROOT,
+    guide_for,
     notebooks,
     strip,
 )
@@ -162,12 +163,6 @@ def _page(exporter, nb) -> str:
     return body
 
 
-def _student_index(text: str) -> str:
-    """The guide without its maintainer sections (each follows a `<!-- maintainers -->` line and
-    runs to the next level-2 heading)."""
-    return re.sub(r"<!-- maintainers -->\n## .*?(?=^## |\Z)", "", text, flags=re.S | re.M)
-
-
 PROSE_CHECK = "prose-check"
 """The tag of a cell that checks a notebook's statements against its tables: stored collapsed
 (`jupyter.source_hidden`), shown on the site by its output alone."""
@@ -266,7 +261,7 @@ def build_site(executed: Path | None = None, output: Path | None = None,
                 "the initial values (the sliders are live in JupyterLab); a notebook page built "
                 "without a run says so and shows the committed figures.*")
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
-            _student_index(text) + note)])
+            guide_for(text, "student") + note)])
         pages.append(output / page)
         pages[-1].write_text(_page(exporter, nb))
     return pages

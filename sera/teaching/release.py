@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 
-from sera.teaching.notebook_files import ROOT, notebooks, strip
+from sera.teaching.notebook_files import ROOT, guide_for, notebooks, strip
 
 _SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*\n?",
                        re.M | re.S)
@@ -127,9 +127,10 @@ def release(output: Path, source: Path | None = None) -> dict[str, list[Path]]:
                 shutil.copy(path, dest)
                 strip(dest)
             files.append(dest)
-        for name in ("README.md", "NOTATION.md", "KEY_EQUATIONS.md"):
+        (target / "README.md").write_text(guide_for((source / "README.md").read_text(), kind))
+        for name in ("NOTATION.md", "KEY_EQUATIONS.md"):
             shutil.copy(source / name, target / name)
-            files.append(target / name)
+        files += [target / name for name in ("README.md", "NOTATION.md", "KEY_EQUATIONS.md")]
         written[kind] = files
     return written
 
