@@ -173,6 +173,15 @@ MECHANISM_ARMS = (
 )
 """The arms of the mechanism point: MaxRL, the package's sera-rate (whose long math runs
 collapse), the paper's sera, and sera-rate with one suspect changed at a time."""
+MAXRL_HALF_STEP = Arm(
+    "maxrl", changes=(("lr", 1e-4),), tag="lr-half",
+    expect="behind MaxRL at its full step at Pass@1 (with no collapse to undo, half the step only "
+    "slows the rise) and at most a few points ahead at Pass@8, so that sera-rate lr-half is level "
+    "with or ahead of it at Pass@1 and ahead at Pass@8: the half step helps SERA, not any method. "
+    "If it gains about as much at Pass@8 as sera-rate lr-half did over MaxRL (+13 points), the "
+    "half step helps any method there and SERA's own share is the difference between the two")
+"""MaxRL at sera-rate lr-half's step size, added to math-n0-4-320-avx2 after its other arms: is
+the gain of the half step SERA's, or would MaxRL take it too?"""
 
 
 def _math(**changes) -> SequenceConfig:
@@ -233,7 +242,7 @@ POINTS = {point.name: point for point in (
               "run on one core, 36 runs"),
     Point("math-n0-4-320-avx2", "math", _math(steps=320, eval_every=80, checkpoint_every=20),
           seeds=MIN_SEEDS, k=8, calibrate_on="math-n0-4",
-          arms=tuple(a for a in MECHANISM_ARMS if a.name != "sera"),
+          arms=(*(a for a in MECHANISM_ARMS if a.name != "sera"), MAXRL_HALF_STEP),
           why="math-n0-4-320's setting and arms from a second warm-up, trained on a machine "
               "whose CPU (AVX2) cannot rebuild math-n0-4-320's warm-up (trained on AVX-512) bit "
               "for bit: a separate experiment that also tests whether the stored point's "
