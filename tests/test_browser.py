@@ -202,6 +202,9 @@ def _set(page, explorer, label: str, value) -> float:
     dropdown; return the seconds until the explorer's image changed (0 when the value did not
     change: already there, or held back by a linked slider)."""
     control = _control(page, explorer, label)
+    # the last move's frames (its redraw at rest included) have landed, so that the frame
+    # waited for below is this move's
+    _settle(page, explorer, quiet=0.5)
     before, old = len(_frames(explorer)), _now(control)
     start = time.perf_counter()
     select = control.locator("select")
@@ -303,6 +306,7 @@ def test_notebook_in_the_browser(lab, browser, name):
             for value in _ends(page, explorer, label):
                 times.append(_set(page, explorer, label, value))
                 assert _tracebacks(page) == 0, f"{name}: {label} = {value}"
+        _settle(page, explorer, quiet=0.5)
         page.screenshot(path=SHOTS / f"{name}_explorer{index}.png")
     for moves in COMBINATIONS.get(name, []):
         for index, label, value in moves:

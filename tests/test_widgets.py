@@ -154,8 +154,16 @@ def test_a_drag_repaints_the_axes_contents_over_a_saved_background(name, key, va
         figure.set_layout_engine(engine)
         return blitted, np.asarray(figure.canvas.buffer_rgba()).astype(int)
 
-    blitted, whole = asyncio.run(drag())
+    async def drag_and_rest():
+        frames = await drag()
+        await asyncio.sleep(3 * sera.teaching.widgets.SETTLE)
+        return frames
+
+    blitted, whole = asyncio.run(drag_and_rest())
     assert explorer.draws >= 4 and explorer.blits >= explorer.draws / 2, \
         (explorer.draws, explorer.blits)
     differ = (np.abs(blitted - whole).sum(axis=-1) > 0).mean()
     assert differ < 0.01, f"{differ:.2%} of the pixels differ from a full draw"
+    # at rest the figure is laid out again: the one a cell draws
+    fresh = explorer.plot(**explorer.values())
+    assert _settled_png(explorer.figure) == _settled_png(fresh)

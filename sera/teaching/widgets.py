@@ -195,6 +195,8 @@ def _draw_behind(figure, laid_out):
             ax.set_position(box)
     FigureCanvasAgg.draw(canvas)  # render only: the page gets the frame once, by blit below
     figure.set_layout_engine(engine)
+    for ax in figure.axes:  # set_position took them out of the layout; the axes are kept
+        ax.set_in_layout(True)
     background = canvas.copy_from_bbox(figure.bbox)
     for artist in moving:
         figure.draw_artist(artist)
