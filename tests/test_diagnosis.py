@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from sera import runstore
+from sera.results import paired_gain
 from sera.studies import confirm, diagnosis
 
 KEYS = {"estimates": "history", "allocator": "waterline", "n0": 4, "agg": "token-mean"}
@@ -134,8 +135,14 @@ def test_the_readmes_mechanism_sentence_holds_on_the_stored_runs():
     assert gains.loc["sera-rate", "high"] < 0
     assert gains.loc["sera-rate lr-half", "low"] < 0 < gains.loc["sera-rate lr-half", "high"]
     assert gains.loc["sera-rate nmin-3", "high"] < 0 and gains.loc["sera-rate seqnorm", "high"] < 0
-    held = diagnosis.drift(confirm.load("math-n0-4-320-avx2").metrics).set_index("arm")
+    runs = confirm.load("math-n0-4-320-avx2")
+    held = diagnosis.drift(runs.metrics).set_index("arm")
     assert held.loc["sera-rate lr-half", "below"] == 0 and held.loc["sera-rate", "below"] > 0.5
+    # "(at half the step it leads MaxRL at half its step by 5.4 points at Pass@8)"
+    assert "it leads MaxRL at half its step by 5.4 points at Pass@8" in text
+    final = runs.final.assign(method=runs.final["arm"])
+    equal_step = paired_gain(final, "sera-rate lr-half", "maxrl lr-half", by=(), ks=[8]).iloc[0]
+    assert round(100 * equal_step["gain"], 1) == 5.4 and equal_step["low"] > 0
 
 
 def test_drift_compares_each_run_with_its_own_start():
