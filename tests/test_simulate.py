@@ -11,6 +11,7 @@ import pytest
 import sera
 from sera.studies import simulate
 from sera.trainers import loop
+from sera.trainers.config import AllocatorConfig
 from sera.trainers.profiles import load_profiles
 
 
@@ -174,11 +175,32 @@ def test_worker_processes_give_the_same_map():
     p0 = np.random.default_rng(5).beta(0.5, 1.5, 24)
     base = simulate.SimulationConfig(batch_size=8, eval_every=10, steps=20, seed=1)
     one = simulate.regime_map(p0, [4, 8], 20, repetitions=2, base=base)
+    simulate._SIMULATED.clear()  # simulate again, in the workers
     two = simulate.regime_map(p0, [4, 8], 20, repetitions=2, base=base, processes=2)
     pd.testing.assert_frame_equal(one, two)
     draws = np.vstack([p0, p0[::-1]])
-    pd.testing.assert_frame_equal(simulate.regime_map_over(draws, [4], 20, base=base),
-                                  simulate.regime_map_over(draws, [4], 20, base=base,
-                                                           processes=2))
+    one = simulate.regime_map_over(draws, [4], 20, base=base)
+    simulate._SIMULATED.clear()
+    pd.testing.assert_frame_equal(one, simulate.regime_map_over(draws, [4], 20, base=base,
+                                                                processes=2))
     with pytest.raises(ValueError, match="processes"):
         simulate.regime_map(p0, [4], 20, base=base, processes=0)
+
+
+def test_a_setting_two_maps_share_is_simulated_once_with_the_same_table(monkeypatch):
+    p0 = np.random.default_rng(6).beta(0.5, 1.5, 16)
+    base = simulate.SimulationConfig(batch_size=8, eval_every=10, steps=20, seed=2)
+    simulate._SIMULATED.clear()
+    fresh = simulate.regime_map(p0, [4, 8], 20, ("maxrl", "sera"), repetitions=2, base=base)
+    simulated = []
+    monkeypatch.setattr(simulate, "_setting",
+                        lambda *task: simulated.append(task[1]) or fresh.iloc[:0])
+    # the sweep's N_min 2 is the default: its maxrl and sera settings are the map's
+    again = simulate.regime_map(p0, [4, 8], 20, ("maxrl", "sera", "sera-rate"), repetitions=2,
+                                base=dataclasses.replace(base, allocator=AllocatorConfig(n_min=2)))
+    assert [(c.method, c.n0) for c in simulated] == [("sera-rate", 4), ("sera-rate", 8)]
+    shared = again[again["method"] != "sera-rate"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(shared, fresh)
+    shared.loc[0, "pass@k"] = -1.0  # a caller's edit does not reach the kept table
+    assert simulate._SIMULATED[next(iter(simulate._SIMULATED))]["pass@k"].min() >= 0
+    simulate._SIMULATED.clear()

@@ -167,6 +167,11 @@ SOURCES = {"measured": {"ls": "-", "marker": "o"}, "simulated": {"ls": "--", "ma
 """How the real runs and the simulator's runs of one point are told apart in plot_departure."""
 
 
+def _is(table: pd.DataFrame, keys: list[str], values: tuple) -> pd.Series:
+    """Rows whose columns `keys` hold `values`."""
+    return (table[keys] == pd.Series(values, index=keys)).all(axis=1)
+
+
 def _arm_color(arm_name: str) -> str:
     """The arm's method colour (an arm is a method, or a method with another u_min)."""
     return line(arm_name.split(" ")[0])["color"]
@@ -272,7 +277,7 @@ def plot_arms(table: pd.DataFrame, ks=(1, 8), title: str = ""):
                            squeeze=False, sharey=True)
     for ax, k in zip(axes[0], ks, strict=True):
         for y, key in enumerate(rows_of):
-            rows = table[(table[keys] == key).all(axis=1) & (table["k"] == k)]
+            rows = table[_is(table, keys, key) & (table["k"] == k)]
             if rows.empty:
                 continue
             row = rows.iloc[0]
@@ -288,7 +293,7 @@ def plot_arms(table: pd.DataFrame, ks=(1, 8), title: str = ""):
         ax.axvline(0, color="#404040", lw=0.8)
         ax.set_title(f"Pass@{k}", fontsize=9)
         ax.set_xlabel("gain over MaxRL")
-    seeds = [int(table[(table[keys] == key).all(axis=1)]["seeds"].max()) for key in rows_of]
+    seeds = [int(table[_is(table, keys, key)]["seeds"].max()) for key in rows_of]
     axes[0][0].set_yticks(range(len(rows_of)),
                           labels=[f"{': '.join(key)} ({n} seeds)"
                                   for key, n in zip(rows_of, seeds, strict=True)])

@@ -175,7 +175,7 @@ def regime_map(p0, n0s, steps: int, methods=("maxrl", "sera"), repetitions: int 
     base = base or SimulationConfig()
     tasks = [(p0, dataclasses.replace(base, method=m, n0=int(n0), steps=int(steps)), repetitions)
              for n0 in n0s for m in methods]
-    return pd.concat(in_processes(_setting, tasks, processes, progress), ignore_index=True)
+    return pd.concat(_settings(tasks, processes, progress), ignore_index=True)
 
 
 def regime_map_over(draws, n0s, steps: int, methods=("maxrl", "sera"),
@@ -188,11 +188,29 @@ def regime_map_over(draws, n0s, steps: int, methods=("maxrl", "sera"),
     tasks = [(draw, dataclasses.replace(base, seed=base.seed + r, method=m, n0=int(n0),
                                         steps=int(steps)), 1)
              for r, draw in enumerate(draws) for n0 in n0s for m in methods]
-    return pd.concat(in_processes(_setting, tasks, processes), ignore_index=True)
+    return pd.concat(_settings(tasks, processes), ignore_index=True)
 
 
 def _setting(p0, config: SimulationConfig, repetitions: int) -> pd.DataFrame:
     return _trajectory(simulate(p0, config, repetitions).metrics)
+
+
+_SIMULATED: dict[tuple, pd.DataFrame] = {}
+"""_setting's tables by (profile bytes, config, repetitions), for this process's lifetime: a
+setting that several maps share (notebook 08's sweep repeats two of its regime map's profiles) is
+simulated once. A setting is a pure function of these keys, so a cached table is the one a new
+simulation would give."""
+
+
+def _settings(tasks: list[tuple], processes: int = 1, progress: bool = False) -> list[pd.DataFrame]:
+    """[_setting(*task) for task in tasks], simulating only the settings not seen before."""
+    keys = [(np.asarray(p0, dtype=float).tobytes(), config, repetitions)
+            for p0, config, repetitions in tasks]
+    missing = list(dict.fromkeys(k for k in keys if k not in _SIMULATED))
+    task_of = dict(zip(keys, tasks, strict=True))
+    new = in_processes(_setting, [task_of[k] for k in missing], processes, progress)
+    _SIMULATED.update(zip(missing, new, strict=True))
+    return [_SIMULATED[k].copy() for k in keys]
 
 
 def in_processes(function, tasks: list[tuple], processes: int = 1, progress: bool = False):
