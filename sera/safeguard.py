@@ -82,4 +82,6 @@ def _observable(counts, p, log_p, log_q, u_min) -> bool:
     if np.any(fast < u_min - _BAND):
         return False
     close = np.flatnonzero(fast < u_min + _BAND)
+    if close.size == 0:
+        return True
     return bool(np.all(mixed_probability(p[close], counts[close]) >= u_min))

@@ -111,33 +111,30 @@ def plot_regime_diagnostics(gains: pd.DataFrame, k: int = 1):
 @styled
 def plot_confirmation(table: pd.DataFrame, title: str = ""):
     """Predicted beside measured gain over MaxRL against K (log axis), one panel per arm (and
-    one row per point when the table has a point column): the simulator's prediction, written
-    before the runs (grey diamond and interval over its repetitions), and the real runs' mean
-    (dot), Student-t 95% interval over seeds (bar; none with fewer than 3 seeds) and each
-    seed's paired difference (hollow dots). table: sera.studies.confirm.compare(_points) rows."""
+    one row per point when the table has a point column, its arms side by side from the left,
+    sharing the row's scale): the simulator's prediction, written before the runs (grey diamond
+    and interval over its repetitions), and the real runs' mean (dot), Student-t 95% interval
+    over seeds (bar; none with fewer than 3 seeds) and each seed's paired difference (hollow
+    dots). table: sera.studies.confirm.compare(_points) rows."""
     if table.empty:
         return message_figure("no stored runs to compare")
     table = table if "point" in table.columns else table.assign(point="")
-    points = list(dict.fromkeys(table["point"]))
-    arms = list(dict.fromkeys(table["arm"]))
-    fig, axes = new_figure(ncols=len(arms), nrows=len(points), width=3.3, height=2.8,
-                           squeeze=False, sharey="row")
-    for row, name in enumerate(points):
-        drawn = []
-        for ax, arm_name in zip(axes[row], arms, strict=True):
+    order = {arm_name: i for i, arm_name in enumerate(dict.fromkeys(table["arm"]))}
+    rows_of = {name: sorted(dict.fromkeys(part["arm"]), key=order.get)
+               for name, part in table.groupby("point", sort=False)}
+    fig, axes = new_figure(ncols=max(map(len, rows_of.values())), nrows=len(rows_of),
+                           width=3.3, height=2.8, squeeze=False, sharey="row")
+    for row, (name, arms) in zip(axes, rows_of.items(), strict=True):
+        for ax in row[len(arms):]:  # a point with fewer arms than the widest row
+            fig.delaxes(ax)
+        for ax, arm_name in zip(row, arms, strict=False):
             rows = table[(table["point"] == name) & (table["arm"] == arm_name)].sort_values("k")
-            if rows.empty:
-                ax.axis("off")
-                continue
             _confirmation_panel(ax, rows, arm_name)
             seeds = int(rows["seeds"].max())
             ax.set_title(f"{name + chr(10) if name else ''}{arm_name} - maxrl "
                          f"({seeds} seed{'s' if seeds != 1 else ''})", fontsize=9)
-            drawn.append(ax)
-        if drawn:  # the row's first drawn panel carries its scale, whichever arm it shows
-            drawn[0].tick_params(labelleft=True)
-            drawn[0].set_ylabel("Pass@K gain over MaxRL")
-    next(ax for ax in axes.flat if ax.axison).legend(loc="best", fontsize=7)
+        row[0].set_ylabel("Pass@K gain over MaxRL")
+    axes[0][0].legend(loc="best", fontsize=7)
     if title:
         fig.suptitle(title)
     return fig

@@ -39,6 +39,11 @@ from sera.trainers.config import RunConfig, as_dict, defaults
 from sera.trainers.protocols import PROTOCOLS, GenerationLimit, Outcome
 
 
+ALLOCATION_DTYPES = dict(zip(ALLOCATION_COLUMNS, (np.int64, np.int64, np.int64, float, np.int64,
+                                                   bool, float, float), strict=True))
+"""The allocation table's column types."""
+
+
 class DegenerateRunError(RuntimeError):
     """A method that allocates from estimates fell back to uniform counts too often."""
 
@@ -79,7 +84,9 @@ class Run:
         self.step = self.epoch = self.position = 0
         self.finished = False
         self.rows: list[tuple] = []  # (step, metric, k, value)
-        self.allocations: list[tuple] = []  # one row per prompt and step: ALLOCATION_COLUMNS
+        # one block per step: ALLOCATION_COLUMNS, scalars for step, epoch and allocated and an
+        # array per prompt for the rest (a row per prompt only when the table is built)
+        self.allocations: list[tuple] = []
         self.last_exact = np.full(study.n_prompts, np.nan)  # p at each prompt's last visit
         self.allocator_state: dict = {}  # what stateful allocators keep across steps
         self.stopped = ""  # why the protocol ended the run before config.steps, if it did
@@ -96,8 +103,26 @@ class Run:
         return _with_keys(table, self.config)
 
     def allocation_table(self) -> pd.DataFrame:
-        table = pd.DataFrame(self.allocations, columns=list(ALLOCATION_COLUMNS))
-        return _with_keys(table, self.config)
+        blocks = self.allocations
+        sizes = np.array([len(block[2]) for block in blocks], dtype=np.int64)
+        columns = {}
+        for i, (name, dtype) in enumerate(ALLOCATION_DTYPES.items()):
+            values = [block[i] for block in blocks]
+            per_prompt = [np.ndim(value) > 0 for value in values]
+            if all(per_prompt) and values:
+                columns[name] = np.concatenate(values).astype(dtype, copy=False)
+            elif not any(per_prompt):  # one value per step
+                columns[name] = np.repeat(np.array(values, dtype=dtype), sizes)
+            else:  # steps recorded before a checkpoint was loaded, and after
+                columns[name] = np.concatenate([np.broadcast_to(np.asarray(value, dtype), size)
+                                                for value, size in zip(values, sizes,
+                                                                       strict=True)])
+        return _with_keys(pd.DataFrame(columns), self.config)
+
+    def allocation_rows(self) -> list[tuple]:
+        """The allocation table's rows as tuples of Python numbers (what a checkpoint keeps)."""
+        return list(self.allocation_table()[list(ALLOCATION_COLUMNS)].itertuples(
+            index=False, name=None))
 
     # ------------------------------------------------------------------ batches
 
@@ -168,10 +193,10 @@ class Run:
             if self.config.allocator.for_method(self.method).u_min and allocated:
                 self.log("safeguard_fallback", float(allocation.fallback))
         exact = outcome.exact if outcome.exact is not None else np.full(ids.size, np.nan)
-        self.allocations.extend(
-            (self.step, self.epoch, int(q), float(e), int(n), allocated, float(s), float(x))
-            for q, e, n, s, x in zip(ids, allocation.p, counts, outcome.successes, exact,
-                                     strict=True))
+        self.allocations.append((
+            self.step, self.epoch, np.array(ids, dtype=np.int64),
+            np.array(allocation.p, dtype=float), np.array(counts, dtype=np.int64), allocated,
+            np.array(outcome.successes, dtype=float), np.array(exact, dtype=float)))
 
     def _record_estimates(self, ids, allocation, exact) -> None:
         """How far the historical estimates sit from the exact p, against the ideal history-only
@@ -190,7 +215,7 @@ class Run:
     def state_dict(self) -> dict:
         return {"study": self.study.state_dict(), "history": self.history.state_dict(),
                 "step": self.step, "epoch": self.epoch, "position": self.position,
-                "finished": self.finished, "rows": self.rows, "allocations": self.allocations,
+                "finished": self.finished, "rows": self.rows, "allocations": self.allocation_rows(),
                 "last_exact": self.last_exact, "allocator_state": self.allocator_state,
                 "stopped": self.stopped,
                 "config": as_dict(self.config)}
@@ -200,7 +225,11 @@ class Run:
         self.history.load_state_dict(state["history"])
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.finished = state["finished"]
-        self.rows, self.allocations = list(state["rows"]), list(state["allocations"])
+        self.rows = list(state["rows"])
+        rows = list(state["allocations"])  # one tuple per prompt and step
+        self.allocations = [tuple(np.array(column, dtype) for dtype, column in
+                                  zip(ALLOCATION_DTYPES.values(), zip(*rows), strict=True))
+                            ] if rows else []
         self.last_exact = np.asarray(state["last_exact"], dtype=float)
         self.allocator_state = state.get("allocator_state", {})
         self.stopped = state.get("stopped", "")
@@ -220,10 +249,10 @@ def _log_agreement(run: Run, name: str, estimate, exact) -> None:
 
 
 def _with_keys(table: pd.DataFrame, config: RunConfig) -> pd.DataFrame:
-    keys = config.keys()
-    for i, (name, value) in enumerate(keys.items()):
-        table.insert(i, name, value)
-    return table
+    """table with the run's keys as its first columns (one value each, on every row)."""
+    keys = pd.DataFrame({name: [value] * len(table) for name, value in config.keys().items()},
+                        index=table.index)
+    return pd.concat([keys, table], axis=1)
 
 
 # ---------------------------------------------------------------------- the loop
