@@ -38,7 +38,6 @@ from sera.trainers import checkpoint
 from sera.trainers.config import RunConfig, as_dict, defaults
 from sera.trainers.protocols import PROTOCOLS, GenerationLimit, Outcome
 
-
 ALLOCATION_DTYPES = dict(zip(ALLOCATION_COLUMNS, (np.int64, np.int64, np.int64, float, np.int64,
                                                    bool, float, float), strict=True))
 """The allocation table's column types."""
@@ -227,8 +226,9 @@ class Run:
         self.finished = state["finished"]
         self.rows = list(state["rows"])
         rows = list(state["allocations"])  # one tuple per prompt and step
+        columns = zip(*rows, strict=True)  # every row has each column once
         self.allocations = [tuple(np.array(column, dtype) for dtype, column in
-                                  zip(ALLOCATION_DTYPES.values(), zip(*rows), strict=True))
+                                  zip(ALLOCATION_DTYPES.values(), columns, strict=True))
                             ] if rows else []
         self.last_exact = np.asarray(state["last_exact"], dtype=float)
         self.allocator_state = state.get("allocator_state", {})
