@@ -127,7 +127,7 @@ def plot_confirmation(table: pd.DataFrame, title: str = ""):
     for row, (name, arms) in zip(axes, rows_of.items(), strict=True):
         for ax in row[len(arms):]:  # a point with fewer arms than the widest row
             fig.delaxes(ax)
-        for ax, arm_name in zip(row, arms, strict=False):
+        for ax, arm_name in zip(row[:len(arms)], arms, strict=True):
             rows = table[(table["point"] == name) & (table["arm"] == arm_name)].sort_values("k")
             _confirmation_panel(ax, rows, arm_name)
             seeds = int(rows["seeds"].max())

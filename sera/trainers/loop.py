@@ -41,6 +41,8 @@ from sera.trainers.protocols import PROTOCOLS, GenerationLimit, Outcome
 ALLOCATION_DTYPES = dict(zip(ALLOCATION_COLUMNS, (np.int64, np.int64, np.int64, float, np.int64,
                                                    bool, float, float), strict=True))
 """The allocation table's column types."""
+PER_STEP = ("step", "epoch", "allocated")
+"""The allocation columns with one value per step (the others have one per prompt)."""
 
 
 class DegenerateRunError(RuntimeError):
@@ -83,8 +85,8 @@ class Run:
         self.step = self.epoch = self.position = 0
         self.finished = False
         self.rows: list[tuple] = []  # (step, metric, k, value)
-        # one block per step: ALLOCATION_COLUMNS, scalars for step, epoch and allocated and an
-        # array per prompt for the rest (a row per prompt only when the table is built)
+        # one block per step: ALLOCATION_COLUMNS, a scalar for those in PER_STEP and an array
+        # per prompt for the rest (a row per prompt only when a table is built)
         self.allocations: list[tuple] = []
         self.last_exact = np.full(study.n_prompts, np.nan)  # p at each prompt's last visit
         self.allocator_state: dict = {}  # what stateful allocators keep across steps
@@ -102,26 +104,21 @@ class Run:
         return _with_keys(table, self.config)
 
     def allocation_table(self) -> pd.DataFrame:
-        blocks = self.allocations
-        sizes = np.array([len(block[2]) for block in blocks], dtype=np.int64)
-        columns = {}
-        for i, (name, dtype) in enumerate(ALLOCATION_DTYPES.items()):
-            values = [block[i] for block in blocks]
-            per_prompt = [np.ndim(value) > 0 for value in values]
-            if all(per_prompt) and values:
-                columns[name] = np.concatenate(values).astype(dtype, copy=False)
-            elif not any(per_prompt):  # one value per step
-                columns[name] = np.repeat(np.array(values, dtype=dtype), sizes)
-            else:  # steps recorded before a checkpoint was loaded, and after
-                columns[name] = np.concatenate([np.broadcast_to(np.asarray(value, dtype), size)
-                                                for value, size in zip(values, sizes,
-                                                                       strict=True)])
-        return _with_keys(pd.DataFrame(columns), self.config)
+        return _with_keys(self._allocation_columns(), self.config)
 
     def allocation_rows(self) -> list[tuple]:
         """The allocation table's rows as tuples of Python numbers (what a checkpoint keeps)."""
-        return list(self.allocation_table()[list(ALLOCATION_COLUMNS)].itertuples(
-            index=False, name=None))
+        return list(self._allocation_columns().itertuples(index=False, name=None))
+
+    def _allocation_columns(self) -> pd.DataFrame:
+        """ALLOCATION_COLUMNS, one row per prompt and step, from the steps' blocks."""
+        blocks = self.allocations
+        sizes = [len(block[2]) for block in blocks]
+        return pd.DataFrame({
+            name: np.repeat(np.array([block[i] for block in blocks], dtype), sizes)
+            if name in PER_STEP else np.concatenate([block[i] for block in blocks] or
+                                                    [np.zeros(0, dtype)]).astype(dtype)
+            for i, (name, dtype) in enumerate(ALLOCATION_DTYPES.items())})
 
     # ------------------------------------------------------------------ batches
 
@@ -225,11 +222,11 @@ class Run:
         self.step, self.epoch, self.position = state["step"], state["epoch"], state["position"]
         self.finished = state["finished"]
         self.rows = list(state["rows"])
-        rows = list(state["allocations"])  # one tuple per prompt and step
-        columns = zip(*rows, strict=True)  # every row has each column once
-        self.allocations = [tuple(np.array(column, dtype) for dtype, column in
-                                  zip(ALLOCATION_DTYPES.values(), columns, strict=True))
-                            ] if rows else []
+        rows = pd.DataFrame(list(state["allocations"]), columns=list(ALLOCATION_COLUMNS))
+        self.allocations = [  # the checkpoint's rows (one per prompt and step) as blocks again
+            tuple(part[name].iloc[0] if name in PER_STEP else part[name].to_numpy(dtype)
+                  for name, dtype in ALLOCATION_DTYPES.items())
+            for _, part in rows.groupby("step", sort=False)]
         self.last_exact = np.asarray(state["last_exact"], dtype=float)
         self.allocator_state = state.get("allocator_state", {})
         self.stopped = state.get("stopped", "")
