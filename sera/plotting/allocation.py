@@ -40,11 +40,10 @@ def plot_waterline(p, budget: int, n_min: int = 2, n_max: int | None = None,
             f"N_min = {n_min}, N_max = {n_max}", ylim=(0, headroom(result.counts.max() * 1.35)))
     top.legend(loc="upper right", ncols=3, fontsize=7)
     bars(bottom, x, result.fidelity, color="#8fb6d9", label="κ(p_q, N_q)")
-    bottom.axhline(result.level, color="#d62728", lw=1.5,
-                   label=f"water level c = {result.level:.3f}")
+    bottom.axhline(result.level, color="#d62728", lw=1.5, label="water level c")
     bottom.plot(x, p, ".", color="#404040", ms=3, label="p_q")
     bottom.set(xlabel="prompts, sorted by success probability", ylabel="fidelity",
-               ylim=(0, 1.4))
+               ylim=(0, 1.4), title=f"fidelity per prompt; water level c = {result.level:.3f}")
     bottom.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
     bottom.legend(loc="upper left", ncols=3, fontsize=7)  # above 1, clear of the bars
     integer_ticks(bottom.xaxis)

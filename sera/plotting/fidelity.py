@@ -85,13 +85,13 @@ def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg
     v = tilt_vectors(p1, p2, n, angle_deg)
     fig, ax = new_figure(width=4.6, height=3.8)
     # The two prompts' gradients in two clearly different hues (not two greys), the exact sum in
-    # black, the two batch updates in the method colours.
-    arrows = [("g1", "#ff7f0e", f"∇ log p1 (p1 = {p1:.2f}, hard)"),
-              ("g2", "#2ca02c", f"∇ log p2 (p2 = {p2:.2f})"),
+    # black, the two batch updates in the method colours. The legend names the arrows; the
+    # numbers a slider moves sit in the title.
+    arrows = [("g1", "#ff7f0e", "∇ log p1 (the hard prompt)"),
+              ("g2", "#2ca02c", "∇ log p2"),
               ("exact", "#000000", "exact: ∇ log p1 + ∇ log p2"),
-              ("uniform", "#1f77b4", f"uniform N = {n}: tilt {v['tilt_uniform']:.1f} deg"),
-              ("equalized", "#d62728", "waterline N = ({:.1f}, {:.1f}): tilt {:.1f} deg".format(
-                  *v["counts"], v["tilt_equalized"]))]
+              ("uniform", "#1f77b4", "uniform N"),
+              ("equalized", "#d62728", "waterline counts (equal κ)")]
     for key, color, label in arrows:
         x, y = v[key]
         ax.annotate("", xy=(x, y), xytext=(0, 0),
@@ -102,7 +102,9 @@ def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg
     low, high = points.min(axis=0) - 0.15, points.max(axis=0) + 0.15
     ax.set(xlim=(low[0], high[0]), ylim=(low[1], high[1] + 0.6), aspect="equal",
            xlabel="gradient, first coordinate", ylabel="gradient, second coordinate",
-           title=f"κ1 = {v['kappa'][0]:.2f}, κ2 = {v['kappa'][1]:.2f} under uniform N")
+           title="uniform N = {}: κ = ({:.2f}, {:.2f}), tilt {:.1f} deg\n"
+                 "waterline N = ({:.1f}, {:.1f}): tilt {:.1f} deg".format(
+                     n, *v["kappa"], v["tilt_uniform"], *v["counts"], v["tilt_equalized"]))
     ax.legend(loc="upper center", fontsize=7, ncols=1)
     return fig
 
