@@ -46,19 +46,22 @@ class Interior:
         # suffix[i] = sum of 1/h_j over j >= i; suffix[size] = 0.
         self.suffix = np.append(np.cumsum(1.0 / h[::-1])[::-1], 0.0)
 
-    def total(self, lam: float) -> float:
-        """S(lam), to within rounding of the suffix sums (used only to steer the search)."""
-        i_hi = int(np.searchsorted(self.h, lam / (self.hi - 1), "right"))
-        i_lo = max(int(np.searchsorted(self.h, lam / (self.lo - 1), "left")), i_hi)
+    def total(self, lam):
+        """S(lam) for a level or an array of levels, to within rounding of the suffix sums
+        (used only to steer the search)."""
+        i_hi = np.searchsorted(self.h, lam / (self.hi - 1), "right")
+        i_lo = np.maximum(np.searchsorted(self.h, lam / (self.lo - 1), "left"), i_hi)
         free = self.suffix[i_hi] - self.suffix[i_lo]
         return i_hi * self.hi + (self.size - i_lo) * self.lo + (i_lo - i_hi) + lam * free
 
     def _first_reaching(self, scale: int, target: float) -> int:
-        """First j with S(scale * h_j) >= target (binary search; S is nondecreasing)."""
+        """First j with S(scale * h_j) >= target: a binary search (S is nondecreasing) over S
+        at every breakpoint, taken in one vectorised call."""
+        totals = self.total(scale * self.h)
         left, right = 0, self.size
         while left < right:
             mid = (left + right) // 2
-            if self.total(scale * self.h[mid]) >= target:
+            if totals[mid] >= target:
                 right = mid
             else:
                 left = mid + 1

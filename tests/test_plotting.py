@@ -87,6 +87,19 @@ def test_saved_figures_are_byte_identical(tmp_path):
     assert different[0].read_bytes() != first[0].read_bytes()
 
 
+def test_a_saved_figure_shows_the_png_it_wrote_until_it_changes(tmp_path):
+    fig = splot.plot_kappa_curves()
+    drawn = fig._repr_png_()  # unsaved: drawn at the display resolution
+    assert isinstance(drawn, bytes)
+    png = splot.savefig(fig, "curves", tmp_path)[0]
+    shown, size = fig._repr_png_()
+    assert shown == png.read_bytes() and len(shown) > len(drawn)
+    assert size == {"width": round(fig.get_figwidth() * fig.DISPLAY_DPI),
+                    "height": round(fig.get_figheight() * fig.DISPLAY_DPI)}
+    fig.axes[0].set_title("changed after saving")
+    assert fig._repr_png_() not in (shown, drawn)  # drawn again, with the new title
+
+
 def test_savefig_rejects_paths_as_names(tmp_path):
     with pytest.raises(ValueError, match="plain file stem"):
         splot.savefig(splot.plot_kappa_curves(), "../escape", tmp_path)

@@ -102,8 +102,14 @@ class SeraFigure(Figure):
     its own PNG, so it needs neither pyplot nor the inline backend to be loaded."""
 
     DISPLAY_DPI = 80  # on screen; savefig writes 150. Fewer pixels redraw a slider faster.
+    saved_png: bytes | None = None  # what sera.plotting.savefig last wrote (see there)
 
-    def _repr_png_(self) -> bytes:
+    def _repr_png_(self):
+        """The PNG a notebook shows, at DISPLAY_DPI. A figure unchanged since savefig shows the
+        PNG it wrote, at the same size on the page, instead of being drawn a third time."""
+        if self.saved_png is not None and not self.stale:
+            width, height = self.get_size_inches() * self.DISPLAY_DPI
+            return self.saved_png, {"width": round(width), "height": round(height)}
         buffer = io.BytesIO()
         with mpl.rc_context(RC):
             self.savefig(buffer, format="png", dpi=self.DISPLAY_DPI,
@@ -250,7 +256,12 @@ def savefig(fig, name: str, folder: str | os.PathLike | None = None) -> list[Pat
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{name}.png", folder / f"{name}.pdf"]
     with mpl.rc_context(RC):
-        fig.savefig(paths[0], metadata={"Software": None})
+        png = io.BytesIO()
+        fig.savefig(png, format="png", metadata={"Software": None})
+        paths[0].write_bytes(png.getvalue())
         fig.savefig(paths[1], metadata={"Creator": None, "Producer": None,
                                         "CreationDate": None, "ModDate": None})
+    if isinstance(fig, SeraFigure):
+        # Shown as saved until an artist changes: any change marks the figure stale again.
+        fig.saved_png, fig.stale = png.getvalue(), False
     return paths

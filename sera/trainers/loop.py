@@ -247,8 +247,7 @@ def _log_agreement(run: Run, name: str, estimate, exact) -> None:
 
 def _with_keys(table: pd.DataFrame, config: RunConfig) -> pd.DataFrame:
     """table with the run's keys as its first columns (one value each, on every row)."""
-    keys = pd.DataFrame({name: [value] * len(table) for name, value in config.keys().items()},
-                        index=table.index)
+    keys = pd.DataFrame(config.keys(), index=table.index)  # scalars, broadcast
     return pd.concat([keys, table], axis=1)
 
 
