@@ -52,6 +52,9 @@ class Interior:
         i_hi = np.searchsorted(self.h, lam / (self.hi - 1), "right")
         i_lo = np.maximum(np.searchsorted(self.h, lam / (self.lo - 1), "left"), i_hi)
         free = self.suffix[i_hi] - self.suffix[i_lo]
+        # The counts in float64, exact below 2**53 as Python's integers were; above, one rounding
+        # per term instead of a silent int64 wrap.
+        i_hi, i_lo = np.asarray(i_hi, dtype=float), np.asarray(i_lo, dtype=float)
         return i_hi * self.hi + (self.size - i_lo) * self.lo + (i_lo - i_hi) + lam * free
 
     def _first_reaching(self, scale: int, target: float) -> int:

@@ -324,3 +324,12 @@ def test_exact_selection_checks_itself_and_widens():
         every = pick_keys(solution.h, math.ulp(0.0), np.finfo(float).max, wanted, 2, 12, 0)
         np.testing.assert_array_equal(every + 2, water_fill(p, budget, 2, 12))
     assert refused > 0
+
+
+@pytest.mark.parametrize("budget", [2**40, 2**62, 2**66])
+def test_waterline_at_budgets_beyond_64_bit_integers(budget):
+    # the breakpoint search counts prompts in floats: no int64 wrap however large the budget
+    p = np.array([0.1, 0.3, 0.5, 0.7, 0.9])
+    result = sera.waterline(p, budget, n_min=2)
+    assert result.counts.sum() == pytest.approx(budget, rel=1e-12)
+    assert np.all(np.diff(result.counts) < 0)  # harder prompts get more

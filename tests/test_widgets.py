@@ -136,8 +136,9 @@ def test_a_drag_repaints_the_axes_contents_over_a_saved_background(name, key, va
     # in a kernel loop (a live notebook), frames after the first keep the axes and paint only
     # what is drawn in them; the frame on the canvas is the figure a full draw gives, except
     # that grid lines pass under the bars during the drag and over them at rest (under 1% of
-    # the pixels differ by more than two levels of 255; a legend copied from its picture differs
-    # from one drawn in place by at most one), and the figure at rest is drawn whole
+    # the pixels differ by more than two levels of 255: a legend copied from its picture differs
+    # from one drawn in place by at most one, which this leaves a level of room over), and the
+    # figure at rest is drawn whole
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     explorer = sera.teaching.widgets.EXPLORERS[name]()
@@ -198,3 +199,25 @@ def test_a_legend_is_painted_from_its_picture_to_within_one_level():
         assert legends == 2 and len(pictures) == count, (method, len(pictures))
         assert (np.abs(whole - behind).max(axis=-1) > 2).sum() > 1000  # the legends' pixels
         assert np.abs(whole - copied).max() <= 1, method
+
+
+def test_a_legend_look_tells_apart_what_changes_its_pixels():
+    # two figures drawn alike have legends that look alike; a dash pattern, a marker or a
+    # font weight alone makes another look (and so another picture)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from sera.teaching.widgets import _look
+
+    def look(ls=(0, (6, 2)), marker="o", weight="normal"):
+        fig, ax = splot.new_figure()
+        ax.plot([0, 1], [0, 1], ls=ls, label="line")
+        ax.errorbar([0.5], [0.5], yerr=[0.1], marker=marker, label="point")
+        ax.legend(prop={"weight": weight})
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        return _look(ax.get_legend(), canvas.get_renderer())
+
+    assert look() == look()
+    assert look(ls=(0, (1, 1))) != look()
+    assert look(marker="s") != look()
+    assert look(weight="bold") != look()

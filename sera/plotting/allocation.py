@@ -122,9 +122,9 @@ def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float
     whole = allocate(p, budget, n_min, n_max).counts
     right.plot(p[~kept], mixed_probability(p[~kept], whole[~kept]), "x", color="#404040",
                label="dropped: U if the whole\nbatch were allocated")
-    right.axhline(u_min, color="#d62728", ls="--", lw=1, label=f"u_min = {u_min:g}")
+    right.axhline(u_min, color="#d62728", ls="--", lw=1, label="u_min")
     right.set(xlabel="p", ylabel="U(p, N)", xlim=(-0.03, 1.03), ylim=(0, 1.02),
-              title="mixed-group probability")
+              title=f"mixed-group probability; u_min = {u_min:g}")
     right.legend(loc="lower center")
     return fig
 

@@ -91,7 +91,7 @@ def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg
               ("g2", "#2ca02c", "∇ log p2"),
               ("exact", "#000000", "exact: ∇ log p1 + ∇ log p2"),
               ("uniform", "#1f77b4", "uniform N"),
-              ("equalized", "#d62728", "waterline counts (equal κ)")]
+              ("equalized", "#d62728", "waterline counts")]
     for key, color, label in arrows:
         x, y = v[key]
         ax.annotate("", xy=(x, y), xytext=(0, 0),

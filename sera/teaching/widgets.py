@@ -32,8 +32,8 @@ _LIVE: dict = {}  # the explorer each plot function shows now; a rerun cell clos
 
 
 def _float(value, low, high, step, label):
-    """A labelled slider. Continuous quantities get steps of 1/50 to 1/250 of their range, so
-    that a hand crossing the track meets more stops than the figure has frames to show."""
+    """A labelled slider. Continuous quantities get steps of about 1/100 to 1/250 of their
+    range, so that a hand crossing the track meets more stops than the figure has frames."""
     import ipywidgets as widgets
 
     return widgets.FloatSlider(value=value, min=low, max=high, step=step, description=label,
@@ -159,6 +159,8 @@ def _explorer_class():
             bundle = super()._repr_mimebundle_(**kwargs)
             if bundle is not None:
                 png = self.figure._repr_png_()
+                if isinstance(png, tuple):  # a saved figure: (its PNG, its size on the page)
+                    png = png[0]
                 bundle["image/png"] = base64.b64encode(png).decode("ascii")
             return bundle
 
@@ -242,22 +244,27 @@ def _paint(figure, moving, pictures: dict) -> None:
             gc.restore()
 
 
-# What a legend's handle looks like, as far as its getters tell (those a handle lacks are skipped).
-HANDLE_LOOK = ("color", "facecolor", "edgecolor", "linestyle", "linewidth", "marker",
-               "markersize", "markerfacecolor", "markeredgecolor", "alpha", "hatch", "visible")
+# What an artist inside a legend looks like, as far as its getters tell (those it lacks are
+# skipped); a line's dash pattern has no public getter, so it is read from its attribute.
+LOOK = ("text", "fontproperties", "color", "facecolor", "edgecolor", "linestyle", "linewidth",
+        "drawstyle", "marker", "markersize", "markeredgewidth", "markerfacecolor",
+        "markeredgecolor", "fillstyle", "sizes", "alpha", "hatch", "boxstyle", "visible")
 
 
 def _look(legend, renderer) -> tuple:
-    """What a legend's pixels depend on: its place and size, texts, handles and frame."""
-    def look(artist):
-        return tuple(repr(getattr(artist, f"get_{name}")()) for name in HANDLE_LOOK
-                     if hasattr(artist, f"get_{name}"))
+    """What a legend's pixels depend on: its place and size, and the look of every artist it
+    draws (texts, handles whole, frame)."""
+    def value(thing) -> str:  # objects without a value repr (fonts, box styles): their fields
+        text = repr(thing)
+        return repr(vars(thing)) if " object at 0x" in text else text
 
-    return (tuple(legend.get_window_extent(renderer).bounds), legend.get_visible(),
-            tuple((text.get_text(), text.get_fontsize(), look(text))
-                  for text in [*legend.get_texts(), legend.get_title()]),
-            tuple((type(handle).__name__, look(handle)) for handle in legend.legend_handles),
-            look(legend.get_frame()))
+    def look(artist):
+        return (type(artist).__name__, getattr(artist, "_unscaled_dash_pattern", None),
+                *(value(getattr(artist, f"get_{name}")()) for name in LOOK
+                  if hasattr(artist, f"get_{name}")))
+
+    return (tuple(legend.get_window_extent(renderer).bounds),
+            tuple(look(artist) for artist in legend.findobj() if artist is not legend))
 
 
 def _picture(legend, renderer):
