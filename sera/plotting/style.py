@@ -110,6 +110,10 @@ class SeraFigure(Figure):
         if self.saved_png is not None and not self.stale:
             width, height = self.get_size_inches() * self.DISPLAY_DPI
             return self.saved_png, {"width": round(width), "height": round(height)}
+        return self.drawn_png()
+
+    def drawn_png(self) -> bytes:
+        """The figure drawn now as a PNG at DISPLAY_DPI."""
         buffer = io.BytesIO()
         with mpl.rc_context(RC):
             self.savefig(buffer, format="png", dpi=self.DISPLAY_DPI,

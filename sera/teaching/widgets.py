@@ -27,7 +27,7 @@ SETTLE = 0.15  # seconds a slider rests before its figure is laid out again
 # The explorer on a layer of its own, so that the page repaints only the explorer while a slider
 # moves, not the whole notebook around it (in a measured drag, a quarter of the browser's time).
 CONTAIN = "<style>.sera-explorer { contain: content; will-change: transform; }</style>"
-PICTURES = 64  # legend pictures an explorer keeps (see _paint); more empty the store
+PICTURES = 64  # legend pictures an explorer keeps (see _paint); a new one past them empties it
 _LIVE: dict = {}  # the explorer each plot function shows now; a rerun cell closes the old one
 
 
@@ -122,8 +122,6 @@ def _explorer_class():
                 return
             gc.collect(0)
             backdrop = _backdrop(figure)
-            if len(self._pictures) > PICTURES:
-                self._pictures.clear()
             if self._background is not None and backdrop == self._backdrop:
                 _blit(figure, self._background, self._pictures)
                 self.blits += 1
@@ -158,9 +156,7 @@ def _explorer_class():
         def _repr_mimebundle_(self, **kwargs):
             bundle = super()._repr_mimebundle_(**kwargs)
             if bundle is not None:
-                png = self.figure._repr_png_()
-                if isinstance(png, tuple):  # a saved figure: (its PNG, its size on the page)
-                    png = png[0]
+                png = self.figure.drawn_png()
                 bundle["image/png"] = base64.b64encode(png).decode("ascii")
             return bundle
 
@@ -236,6 +232,8 @@ def _paint(figure, moving, pictures: dict) -> None:
             continue
         look = _look(artist, renderer)
         if look not in pictures:
+            if len(pictures) >= PICTURES:
+                pictures.clear()
             pictures[look] = _picture(artist, renderer)
         if pictures[look] is not None:
             pixels, x, y = pictures[look]
