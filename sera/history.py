@@ -56,7 +56,7 @@ class SuccessHistory:
 
     def _ids(self, prompt_ids, name="prompt_ids") -> np.ndarray:
         ids = np.asarray(prompt_ids)
-        if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
+        if ids.ndim != 1 or not (ids.dtype.kind in "iu" or ids.size == 0):  # integer dtypes
             raise ValueError(f"{name} must be a 1-D array of integer prompt indices, got "
                              f"{_checks.describe_safe(prompt_ids)}")
         ids = ids.astype(np.int64)

@@ -50,12 +50,19 @@ def keys_of(table: pd.DataFrame) -> list[str]:
 
 def arm(table: pd.DataFrame) -> pd.Series:
     """The arm of each row: its method, with " (u_min x)" where the run's threshold is not the
-    method's own (0: the selection off)."""
-    own = table["method"].map(lambda m: METHODS[m].u_min if m in METHODS else None)
-    u_min = table["u_min"]
-    other = ~((u_min.isna() & own.isna()) | (u_min == own))
-    label = table["method"] + " (u_min " + u_min.fillna(0).map("{:g}".format) + ")"
-    return table["method"].where(~other, label)
+    method's own (0: the selection off). Labelled once per (method, u_min) pair, not per row."""
+    pairs = table.groupby(["method", "u_min"], dropna=False, sort=False, observed=True)
+    labels = [_arm_label(method, u_min) for method, u_min in pairs.size().index]
+    codes = pairs.ngroup().to_numpy()
+    return pd.Series(pd.array(labels, dtype=table["method"].dtype)[codes], index=table.index,
+                     name="method")
+
+
+def _arm_label(method: str, u_min) -> str:
+    own = METHODS[method].u_min if method in METHODS else None
+    if pd.isna(u_min):  # no threshold recorded: the method's own when it has none
+        return method if own is None else f"{method} (u_min 0)"
+    return method if u_min == own else f"{method} (u_min {u_min:g})"
 
 
 def with_arm(table: pd.DataFrame) -> pd.DataFrame:

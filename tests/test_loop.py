@@ -245,3 +245,11 @@ def test_a_grid_reads_back_what_another_grid_finished_with_the_same_settings(tmp
                   shared=tmp_path / "index")
     assert not linked.is_symlink() and (linked / "final.csv").exists()
     assert (tmp_path / "a" / loop.run_label(configs[1]) / "final.csv").read_text() == original
+
+
+def test_the_loops_mean_is_numpys_to_the_last_bit():
+    rng = np.random.default_rng(7)
+    for size in (1, 2, 7, 8, 9, 16, 17, 64, 1000, 100_001):
+        signed = rng.lognormal(0, 3, size) * rng.choice([-1, 1], size)
+        for values in (signed, rng.random(size), rng.random(size) < 0.3):
+            assert loop.mean(values) == values.mean() and np.isfinite(loop.mean(values))

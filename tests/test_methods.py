@@ -128,6 +128,9 @@ def test_sera_is_the_papers_method_and_its_variants_carry_their_own_names():
     off = AllocatorConfig(u_min=0.0, history_rule="rate").for_method(METHODS["sera"])
     assert (off.history_rule, off.u_min) == ("rate", 0.0)
     assert off.for_method(METHODS["sera"]) == off  # resolving twice changes nothing
+    # a prior given as a list (JSON, by hand) is kept as a tuple, so the config resolves
+    listed = AllocatorConfig(history_prior=[2, 3]).for_method(METHODS["sera"])
+    assert listed.history_prior == (2.0, 3.0) and listed.history_rule == "counts"
     # the paper's selection is on in the plan, and off once overridden with 0
     p = np.array([1e-4, 0.02, 0.3, 0.5, 0.9, 0.999])
     ids = np.arange(p.size)

@@ -158,3 +158,25 @@ def test_reproduction_against_a_hand_worked_stored_comparison():
     # seeds rerun with identical rows are counted
     again = results.reproduction(stored, _paired([0.25, 0.5], seeds=[0, 1]), ks=[1]).iloc[0]
     assert again["identical"] == 2
+
+
+def test_arm_labels_match_a_row_by_row_reading_of_the_rule():
+    from sera.methods import METHODS
+    from sera.tables import arm
+
+    rng = np.random.default_rng(3)
+    names = [*list(METHODS)[:8], "not-a-method"]
+    thresholds = [None, 0.0, 0.05, 0.1, 0.3]
+    table = pd.DataFrame({"method": rng.choice(names, 3000),
+                          "u_min": pd.array(rng.choice(thresholds, 3000), dtype=object)})
+
+    def by_hand(method, u_min):
+        own = METHODS[method].u_min if method in METHODS else None
+        if (u_min is None and own is None) or (u_min is not None and u_min == own):
+            return method
+        return f"{method} (u_min {u_min or 0:g})"
+
+    expected = [by_hand(m, u) for m, u in zip(table["method"], table["u_min"], strict=True)]
+    assert arm(table).tolist() == expected
+    assert arm(table.assign(u_min=table["u_min"].astype(float))).tolist() == expected
+    assert arm(table.assign(u_min=table["u_min"].astype("Float64"))).tolist() == expected  # pd.NA

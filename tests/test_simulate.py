@@ -91,6 +91,8 @@ def test_harder_divides_the_odds_and_profiles_are_stored():
     q = simulate.harder(p, 4.0)
     np.testing.assert_allclose(q / (1 - q), p / (1 - p) / 4)
     profiles = load_profiles()
+    same = simulate.harder(profiles["math"], 1.0)  # the profile itself, to the last bit
+    assert same.tobytes() == profiles["math"].tobytes() and same is not profiles["math"]
     assert {"digits", "maze", "math"} <= set(profiles)
     for values in profiles.values():
         assert values.size >= 100 and ((values >= 0) & (values <= 1)).all()
@@ -157,14 +159,24 @@ def test_a_simulated_run_in_memory_matches_the_same_run_through_a_folder(tmp_pat
     pd.testing.assert_frame_equal(in_memory.metrics, on_disk.metrics)
     pd.testing.assert_frame_equal(in_memory.allocations, on_disk.allocations)
     pd.testing.assert_series_equal(in_memory.final["p"], on_disk.final["p"])
+    # a caller that reads some tables gets those, the same, and the others empty
+    only = simulate.simulate(p0, config, tables=("metrics", "allocations"))
+    pd.testing.assert_frame_equal(only.metrics, on_disk.metrics)
+    pd.testing.assert_frame_equal(only.allocations, on_disk.allocations)
+    assert only.final.empty
+    with pytest.raises(ValueError, match="tables must be among"):
+        simulate.simulate(p0, config, tables=("metric",))
 
 
-def test_the_simulator_plotting_and_diagnosis_import_without_torch():
+def test_the_simulator_plotting_diagnosis_and_stored_points_import_without_torch():
+    """Notebook 08 reads, simulates and draws without loading a model: the confirmation points
+    name their runs through the torch-free presets, and a trainer loads only to build a run."""
     import subprocess
     import sys
 
     code = ("import sys, sera.studies.simulate, sera.plotting, sera.studies.diagnosis, "
-            "sera.results; "
+            "sera.results, sera.studies.confirm, sera.trainers.presets; "
+            "from sera.studies import confirm; confirm.load('maze-n0-8'); "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True).stdout.strip()
@@ -204,3 +216,20 @@ def test_a_setting_two_maps_share_is_simulated_once_with_the_same_table(monkeypa
     shared.loc[0, "pass@k"] = -1.0  # a caller's edit does not reach the kept table
     assert simulate._SIMULATED[next(iter(simulate._SIMULATED))]["pass@k"].min() >= 0
     simulate._SIMULATED.clear()
+
+
+def test_the_trajectory_averages_each_diagnostic_over_the_steps_before_each_evaluation():
+    """_trajectory against a reading of its rule row by row: the mean of the values logged at
+    steps before the evaluation's (NaN before the first), per run and diagnostic."""
+    p0 = np.random.default_rng(11).beta(0.5, 1.5, 48)
+    config = simulate.SimulationConfig(method="sera", n0=4, batch_size=8, steps=30,
+                                       eval_every=7, seed=4)
+    metrics = simulate.simulate(p0, config, 2).metrics
+    table = simulate._trajectory(metrics)
+    assert len(table) == 2 * len(config.ks) * len([*range(0, 30, 7), 30])  # 0, 7, ..., 28, 30
+    for row in table.itertuples():
+        logged = metrics[(metrics["seed"] == row.seed) & (metrics["step"] < row.step)]
+        for name in simulate.DIAGNOSTICS:
+            values = logged[logged["metric"] == name].sort_values("step")["value"]
+            expected = values.mean() if len(values) else np.nan
+            assert getattr(row, name) == pytest.approx(expected, rel=1e-12, nan_ok=True)

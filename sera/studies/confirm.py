@@ -21,6 +21,7 @@ notebooks 05, 07 and 08 read the stored tables with `load` and `compare`.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math as pymath
 import time
 from dataclasses import dataclass
@@ -43,9 +44,12 @@ from sera.studies.simulate import (
 )
 from sera.tables import TABLES, Results, arm, with_arm
 from sera.trainers import loop
-from sera.trainers import math as math_trainer
-from sera.trainers import maze as maze_trainer
-from sera.trainers.sequence import SequenceConfig, warmup_fingerprint
+from sera.trainers.presets import (
+    MATH_PRESETS,
+    MAZE_PRESETS,
+    SequenceConfig,
+    warmup_fingerprint,
+)
 
 STUDY_DIR = runstore.STUDY_DIR
 RUNS_DIR = runstore.RUNS_ROOT / "confirm"
@@ -63,7 +67,14 @@ without and with its strong safeguard (every SERA arm stored before the paper's 
 separated from the package's variants)."""
 PROFILE_SAMPLES = 32
 """Rollouts per prompt behind each stored profile.csv."""
-BUILDERS = {"math": math_trainer.build, "maze": maze_trainer.build}
+
+
+def builder(task: str):
+    """The `build` of a point's task ("math" or "maze"): its trainer, and torch with it, loads
+    only when a run is built, so that reading and comparing stored runs never loads a model."""
+    if task not in ("math", "maze"):
+        raise ValueError(f"task must be 'math' or 'maze', got {task!r}")
+    return importlib.import_module(f"sera.trainers.{task}").build
 
 
 @dataclass(frozen=True)
@@ -185,11 +196,11 @@ the gain of the half step SERA's, or would MaxRL take it too?"""
 
 
 def _math(**changes) -> SequenceConfig:
-    return dataclasses.replace(math_trainer.PRESETS["fast"], final_samples=128, **changes)
+    return dataclasses.replace(MATH_PRESETS["fast"], final_samples=128, **changes)
 
 
 def _maze(**changes) -> SequenceConfig:
-    return dataclasses.replace(maze_trainer.PRESETS["fast"], final_samples=128, **changes)
+    return dataclasses.replace(MAZE_PRESETS["fast"], final_samples=128, **changes)
 
 
 POINTS = {point.name: point for point in (
@@ -296,7 +307,7 @@ def profile(p: Point, runs_dir=RUNS_DIR, samples: int = PROFILE_SAMPLES) -> np.n
     config = dataclasses.replace(p.config, warmup_dir=str(Path(runs_dir) / p.name / "warmup"),
                                  out=str(Path(runs_dir) / p.name / "profile"), device="cpu")
     started = time.perf_counter()
-    values = measure_profile(config, BUILDERS[p.task], samples)
+    values = measure_profile(config, builder(p.task), samples)
     path.parent.mkdir(parents=True, exist_ok=True)
     header = (f"# {p.name}: each training prompt's success probability under the warm-up, "
               f"{samples} samples each; {time.perf_counter() - started:.0f} s\n")
@@ -407,7 +418,7 @@ def run(p: Point, runs_dir=RUNS_DIR, progress: bool = True) -> Results:
     predict(p, runs_dir=runs_dir)
     restore(p, runs_dir)
     check_warmup(p, runs_dir)
-    loop.run_grid(p.configs(runs_dir), BUILDERS[p.task], progress=progress,
+    loop.run_grid(p.configs(runs_dir), builder(p.task), progress=progress,
                   after_each=lambda: store(p, runs_dir), share=True, desc=p.name)
     return load(p.name)
 
@@ -484,7 +495,7 @@ def check_warmup(p: Point, runs_dir=RUNS_DIR) -> None:
     if stored_fingerprint is None:
         return
     config = p.configs(runs_dir)[0]
-    BUILDERS[p.task](config)  # loads the warm-up, or trains it where there is none
+    builder(p.task)(config)  # loads the warm-up, or trains it where there is none
     here = warmup_fingerprint(config)
     if here != stored_fingerprint:
         kept = (STUDY_DIR / p.name / "warmup" / "warmup.json").exists()
@@ -603,7 +614,7 @@ def simulated_allocations(name: str, repetitions: int = 24, runs_dir=RUNS_DIR,
 
 
 def _allocations(draw, config: SimulationConfig) -> pd.DataFrame:
-    return simulate(draw, config).allocations
+    return simulate(draw, config, tables=("allocations",)).allocations
 
 
 def verify(p: Point, seeds: int = 2, runs_dir=VERIFY_DIR, ks=(1, 8, 32, 128),
@@ -617,7 +628,7 @@ def verify(p: Point, seeds: int = 2, runs_dir=VERIFY_DIR, ks=(1, 8, 32, 128),
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     configs = [c for c in p.configs(runs_dir) if c.seed < seeds]
-    loop.run_grid(configs, BUILDERS[p.task], progress=progress, share=True,
+    loop.run_grid(configs, builder(p.task), progress=progress, share=True,
                   desc=f"verify {p.name}")
     new = with_arm(pd.concat([pd.read_csv(Path(c.out) / "final.csv") for c in configs],
                              ignore_index=True))

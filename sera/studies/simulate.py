@@ -41,13 +41,15 @@ from sera import _checks
 from sera.fidelity import kappa
 from sera.passk import pass_at_k_analytic
 from sera.results import t_half_width
-from sera.tables import Results
+from sera.tables import TABLES, Results
 from sera.trainers import loop
 from sera.trainers.config import RunConfig
 from sera.trainers.profiles import PROFILES_FILE, measure_profiles
 
 ZERO = 0.05
 """A prompt counts as 'near p = 0' below this success probability (budget-share diagnostic)."""
+DIAGNOSTICS = ("zero_share", "mixed_groups", "allocated")
+"""The per-step diagnostics a regime map averages up to each evaluation."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,10 @@ class SimulatedStudy:
     def p(self) -> np.ndarray:
         return expit(self.theta)
 
+    def p_of(self, ids: np.ndarray) -> np.ndarray:
+        """p of the prompts ids only (a step reads a batch, not every prompt)."""
+        return expit(self.theta[ids])
+
     def state_dict(self) -> dict:
         return {"theta": self.theta.copy(), "rng": self.rng.bit_generator.state}
 
@@ -100,11 +106,11 @@ class SimulatedStudy:
         self.rng.bit_generator.state = state["rng"]
 
     def exact_p(self, ids: np.ndarray) -> np.ndarray:
-        return self.p[ids]
+        return self.p_of(ids)
 
     def sample(self, run: loop.Run, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
         counts = np.asarray(counts, dtype=np.int64)
-        rewards = (self.rng.random(int(counts.sum())) < np.repeat(self.p[ids], counts))
+        rewards = (self.rng.random(int(counts.sum())) < np.repeat(self.p_of(ids), counts))
         rewards = rewards.astype(float)
         self._pool.append((ids, counts, rewards))
         return np.bincount(np.repeat(np.arange(ids.size), counts), rewards, ids.size)
@@ -131,13 +137,13 @@ class SimulatedStudy:
         kept = counts > 0
         advantages = run.method.advantages(rewards, sizes=counts[kept])
         owner = np.repeat(np.arange(ids.size), counts)
-        p = self.p[ids]
+        p = self.p_of(ids)
         step = np.bincount(owner, advantages * (rewards - p[owner]), ids.size)
         scale = ids.size / max(int(counts.sum()), 1)
         np.add.at(self.theta, ids, self.config.lr * scale * allocation.weights * step)
         near_zero = p < ZERO
         run.log("zero_share", counts[near_zero].sum() / max(counts.sum(), 1))
-        run.log("zero_prompts", near_zero.mean())
+        run.log("zero_prompts", loop.mean(near_zero))
 
     def evaluate(self, run: loop.Run) -> None:
         p = self.p
@@ -154,14 +160,15 @@ def expected_update(p, n):
     return kappa(p, n) * (1 - np.asarray(p, dtype=float))
 
 
-def simulate(p0, config: SimulationConfig, repetitions: int = 1) -> Results:
+def simulate(p0, config: SimulationConfig, repetitions: int = 1, tables=TABLES) -> Results:
     """`repetitions` simulated runs of `config` from the initial success probabilities p0 (one
     per prompt), seeds config.seed, config.seed + 1, ...; the loop's tables, every row keyed by
-    its run (the seed column tells repetitions apart)."""
+    its run (the seed column tells repetitions apart). tables: the ones to build (the others
+    come back empty)."""
     repetitions = _checks.integer(repetitions, "repetitions", minimum=1)
     return Results.concat([
         loop.train_in_memory(SimulatedStudy(dataclasses.replace(config, seed=config.seed + r),
-                                            p0))
+                                            p0), tables=tables)
         for r in range(repetitions)])
 
 
@@ -192,7 +199,7 @@ def regime_map_over(draws, n0s, steps: int, methods=("maxrl", "sera"),
 
 
 def _setting(p0, config: SimulationConfig, repetitions: int) -> pd.DataFrame:
-    return _trajectory(simulate(p0, config, repetitions).metrics)
+    return _trajectory(simulate(p0, config, repetitions, tables=("metrics",)).metrics)
 
 
 _SIMULATED: dict[tuple, pd.DataFrame] = {}
@@ -243,20 +250,22 @@ def in_processes(function, tasks: list[tuple], processes: int = 1, progress: boo
 
 
 def _trajectory(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Validation Pass@K per evaluation step with the running means of the diagnostics."""
+    """Validation Pass@K per evaluation step with the running means of the diagnostics (each
+    the mean of the values logged before that step)."""
     keys = ["method", "n0", "seed"]
     passes = metrics[metrics["metric"] == "val_pass"][keys + ["step", "k", "value"]]
     passes = passes.rename(columns={"value": "pass@k"})
-    runs = dict(iter(metrics.groupby(keys, sort=False)))
+    logged = {name: dict(iter(metrics[metrics["metric"] == name].groupby(keys, sort=False)))
+              for name in DIAGNOSTICS}
     out = []
     for values, run in passes.groupby(keys, sort=False):
-        diagnostics = runs[values]
         run = run.copy()
-        for name in ("zero_share", "mixed_groups", "allocated"):
-            series = diagnostics[diagnostics["metric"] == name].sort_values("step")
-            steps, value = series["step"].to_numpy(), series["value"].to_numpy()
-            run[name] = [float(value[steps < s].mean()) if (steps < s).any() else np.nan
-                         for s in run["step"]]
+        for name in DIAGNOSTICS:
+            series = logged[name].get(values, metrics.iloc[:0])
+            order = np.argsort(series["step"].to_numpy(), kind="stable")
+            steps, value = series["step"].to_numpy()[order], series["value"].to_numpy()[order]
+            before = np.searchsorted(steps, run["step"].to_numpy(), "left")
+            run[name] = [float(value[:n].mean()) if n else np.nan for n in before]
         out.append(run)
     return pd.concat(out, ignore_index=True)
 
@@ -289,7 +298,7 @@ def pass1_rise(p0, config: SimulationConfig, repetitions: int = 4) -> float:
     """Mean rise of Pass@1 on the prompts from step 0 to config.steps over `repetitions` runs
     (seeds config.seed, config.seed + 1, ...)."""
     config = dataclasses.replace(config, eval_every=config.steps, ks=(1,))
-    metrics = simulate(p0, config, repetitions).metrics
+    metrics = simulate(p0, config, repetitions, tables=("metrics",)).metrics
     passes = metrics[metrics["metric"] == "val_pass"]
     end = passes[passes["step"] == config.steps]["value"].mean()
     return float(end - passes[passes["step"] == 0]["value"].mean())
@@ -334,9 +343,13 @@ def posterior_draws(p_hat, samples: int, draws: int, seed: int = 0) -> np.ndarra
 # ----------------------------------------------------------------------------- profiles
 
 def harder(p0, factor: float) -> np.ndarray:
-    """A profile `factor` times harder in odds: p / (1 - p) divided by factor."""
+    """A profile `factor` times harder in odds: p / (1 - p) divided by factor; factor 1 gives p0
+    itself (not its round trip through the logit), so a sweep's x1 setting is the profile's own
+    and is simulated once."""
     factor = _checks.real(factor, "factor", 0.0, np.inf, low_open=True)
     p0 = np.asarray(p0, dtype=float)
+    if factor == 1:
+        return p0.copy()
     return expit(logit(np.clip(p0, 1e-9, 1 - 1e-9)) - np.log(factor))
 
 

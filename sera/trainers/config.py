@@ -8,6 +8,7 @@ is saved beside the results it produced.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import Literal
@@ -52,7 +53,10 @@ class AllocatorConfig:
             raise ValueError(f"n_max_factor must be >= 1, got {self.n_max_factor}")
         if self.u_min is not None and not 0 <= self.u_min < 1:
             raise ValueError(f"u_min must lie in [0, 1), got {self.u_min}")
+        # a tuple whatever sequence was given (a list from JSON or by hand): the config hashes
+        object.__setattr__(self, "history_prior", tuple(self.history_prior))
 
+    @functools.lru_cache(maxsize=64)  # noqa: B019 (frozen and small; called on every step)
     def for_method(self, method) -> AllocatorConfig:
         """This config with the method's own history rule and u_min where it leaves them to the
         method (None); u_min 0 after this call means the selection is off."""

