@@ -1,11 +1,11 @@
 """What a student sees: notebooks 01-03 in JupyterLab, in headless Chromium driven by Playwright.
 
 Every cell runs; every figure cell shows an image; every explorer renders its sliders and a live
-matplotlib canvas (the ipympl extension loaded, not a text repr); each slider moved to its ends (and
+figure (an image widget that has loaded, not a text repr); each slider moved to its ends (and
 the two-slider combinations that once reached an infeasible budget) redraws its figure and never
 shows a traceback. One slider per explorer is dragged by the mouse for a second, three times: the
-figure must redraw at least MIN_FPS frames a second during each drag (frames counted as drawImage
-calls on the figure's canvas). Update times (typed value to redrawn figure), frames a second while
+figure must redraw at least MIN_FPS frames a second during each drag (frames counted as loads of
+the figure's image). Update times (typed value to redrawn figure), frames a second while
 dragging and the latency from release to the last redraw are printed; screenshots go to
 build/browser/. The exercises run in JupyterLab as the instructor's copy (every check passes) and as
 the student release (every check says it is not done yet), and the static site opens from disk with
@@ -119,18 +119,18 @@ ALL_RAN = """() => { const w = window.jupyterapp.shell.currentWidget;
     (c.model.executionCount !== null && !c.promptNode.textContent.includes('*'))); }"""
 
 
-# Every drawImage on a canvas in the page, timed: ipympl paints each frame it receives onto the
-# figure's visible canvas this way, so the timestamps on a figure's canvas are its redraws.
+# Every image load in the page, timed: an explorer's figure is an image whose source each frame
+# replaces, so the timestamps on a figure's image are its redraws.
 FRAME_COUNTER = """(() => {
-  const drawImage = CanvasRenderingContext2D.prototype.drawImage;
-  CanvasRenderingContext2D.prototype.drawImage = function (...args) {
-    if (this.canvas.isConnected) (this.canvas.seraFrames ||= []).push(performance.now());
-    return drawImage.apply(this, args);
-  };
+  document.addEventListener('load', event => {
+    const image = event.target;
+    if (image instanceof HTMLImageElement && image.isConnected)
+      (image.seraFrames ||= []).push(performance.now());
+  }, true);
   for (const [type, key] of [['pointerdown', 'seraDown'], ['pointerup', 'seraUp']])
     document.addEventListener(type, () => { window[key] = performance.now(); }, true);
 })()"""
-# The figure follows the hand: before the live canvas it redrew 0 times during a drag (only on
+# The figure follows the hand: before the live figure it redrew 0 times during a drag (only on
 # release). The course's target is 5 frames a second; on two cores beside a training job the
 # drags measured 2.4-5.4, so this guards the behaviour (several redraws while the hand moves),
 # and the printed rate is the measurement.
@@ -168,7 +168,7 @@ def _tracebacks(page) -> int:
         page.locator(".jp-OutputArea-output:has-text('Traceback')").count()
 
 
-FRAMES = """node => [...node.querySelectorAll('canvas')].map(c => c.seraFrames || [])
+FRAMES = """node => [...node.querySelectorAll('img')].map(c => c.seraFrames || [])
   .reduce((all, times) => all.concat(times), []).sort((a, b) => a - b)"""
 
 
@@ -177,12 +177,11 @@ def _frames(explorer) -> list:
     return explorer.evaluate(FRAMES)
 
 
-def _live_canvas(explorer) -> bool:
-    """The figure is an ipympl canvas that has painted (not 'Canvas(...)' as text)."""
-    return explorer.evaluate("""node => { const c = node.querySelector(
-      '.jupyter-matplotlib-canvas-div canvas');
-      return !!c && c.width > 100 && (c.seraFrames || []).length > 0 &&
-             !node.textContent.includes('Canvas('); }""")
+def _live_figure(explorer) -> bool:
+    """The figure is an image widget that has loaded a frame (not 'Image(...)' as text)."""
+    return explorer.evaluate("""node => { const c = node.querySelector('img.widget-image');
+      return !!c && c.naturalWidth > 100 && (c.seraFrames || []).length > 0 &&
+             !node.textContent.includes('Image('); }""")
 
 
 def _control(page, explorer, label: str):
@@ -294,11 +293,11 @@ def test_notebook_in_the_browser(lab, browser, name):
     for index in range(explorers.count()):
         explorer = explorers.nth(index)
         explorer.scroll_into_view_if_needed()
-        page.wait_for_function("node => node.querySelector('canvas') !== null",
+        page.wait_for_function("node => node.querySelector('img.widget-image') !== null",
                                arg=explorer.element_handle(), timeout=30_000)
         page.wait_for_timeout(500)
-        assert _live_canvas(explorer), f"explorer {index} shows no live figure (is ipympl's " \
-            f"JupyterLab extension installed?): {explorer.inner_text()[:200]!r}"
+        assert _live_figure(explorer), f"explorer {index} shows no live figure (is ipywidgets" \
+            f"' JupyterLab extension installed?): {explorer.inner_text()[:200]!r}"
         labels = _labels(explorer)
         assert labels and all(" " in label for label in labels), labels  # readable labels
         for _ in range(DRAGS):  # back and forth: _drag heads for the far end of the track

@@ -1,11 +1,11 @@
 """The notebooks' interactive controls: labelled sliders around the sera.plotting functions.
 
-Each explorer is a box of sliders above one live matplotlib figure (an ipympl canvas): moving a
-slider redraws that figure in place, through the same plot function that the figure cell calls
-with fixed values (sliders only display), while the slider is dragged. Sliders whose ranges depend
-on each other are linked (N_min <= N0 <= N_max), and a setting a figure cannot draw shows a short
-message, never a traceback. Used by notebooks 01-03 and 08; needs ipywidgets and ipympl (the
-notebooks extra).
+Each explorer is a box of sliders above one live matplotlib figure (drawn by Agg in the kernel,
+shown as a PNG in an ipywidgets Image): moving a slider redraws that figure in place, through the
+same plot function that the figure cell calls with fixed values (sliders only display), while the
+slider is dragged. Sliders whose ranges depend on each other are linked (N_min <= N0 <= N_max), and
+a setting a figure cannot draw shows a short message, never a traceback. Used by notebooks 01-03
+and 08; needs ipywidgets (the notebooks extra).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import asyncio
 import base64
 import functools
 import gc
+import io
 
 import numpy as np
 from matplotlib.legend import Legend
@@ -49,16 +50,20 @@ def _int(value, low, high, label):
 
 @functools.cache
 def _explorer_class():
-    """The Explorer class, made on first use: its base and canvas come from ipywidgets and
-    ipympl, and importing ipympl's backend switches matplotlib's backend for the whole process,
-    which only a live notebook wants (so the class lives in this function, not at module level;
-    its drawing and closing work in the module's functions below)."""
+    """The Explorer class, made on first use: its base comes from ipywidgets, which only a live
+    notebook needs (so the class lives in this function, not at module level; its drawing and
+    closing work in the module's functions below).
+
+    A frame reaches the page as one PNG of the whole figure in an Image widget: the page decodes
+    and shows it, nothing more. (An ipympl canvas, the live figure before, also encoded its last
+    frame back to a data URL in the page on every frame and copied it between two canvases; the
+    same drags ran at 11-15 frames a second there against 15-16 here.)"""
     import ipywidgets as widgets
-    from ipympl.backend_nbagg import Canvas, FigureManager
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     class Explorer(widgets.VBox):
-        """Sliders (`controls`, by argument name) above `figure` on a live canvas; `draws`
-        counts the redraws and `blits` those that repainted only the axes' contents.
+        """Sliders (`controls`, by argument name) above `figure`, shown live in `image`;
+        `draws` counts the redraws and `blits` those that repainted only the axes' contents.
         Displayed, it also carries the initial figure as a PNG, which is what a front end
         without widgets (and the static site) shows."""
 
@@ -69,11 +74,13 @@ def _explorer_class():
             self._pictures: dict = {}  # legends as painted, by their look (see _paint)
             self.figure = plot(**self.values())
             self.figure.set_dpi(SeraFigure.DISPLAY_DPI)  # the size the static PNG has
-            canvas = Canvas(self.figure)
-            canvas.header_visible = canvas.footer_visible = canvas.toolbar_visible = False
-            canvas.resizable = False
-            FigureManager(canvas, 0)  # the canvas talks to the page through its manager
-            super().__init__([*controls.values(), canvas, widgets.HTML(CONTAIN)])
+            width, height = FigureCanvasAgg(self.figure).get_width_height()
+            # at the figure's own size in pixels: a box would stretch it to its width
+            self.image = widgets.Image(format="png", layout=widgets.Layout(
+                width=f"{width}px", height=f"{height}px", align_self="flex-start"))
+            self.figure.canvas.draw()
+            self._show()
+            super().__init__([*controls.values(), self.image, widgets.HTML(CONTAIN)])
             self.add_class("sera-explorer")
             for control in controls.values():
                 # continuous_update is on: the figure follows the hand while a slider moves
@@ -130,13 +137,19 @@ def _explorer_class():
                 self._backdrop = backdrop
             if self._settle is not None:
                 self._settle.cancel()
+            self._show()
             self._settle = loop.call_later(SETTLE, self._rest)
+
+        def _show(self) -> None:
+            """Send the canvas as it stands to the page, as a PNG."""
+            self.image.value = _png(self.figure.canvas)
 
         def _rest(self) -> None:
             self._settle = self._background = self._backdrop = None
             for artist in _moving(self.figure):
                 artist.set_animated(False)
             self.figure.canvas.draw()
+            self._show()
             self._release_collector()
 
         def _release_collector(self) -> None:
@@ -145,7 +158,7 @@ def _explorer_class():
             self._collector = None
 
         def close(self) -> None:
-            """Close the sliders, the canvas and the widgets they hold (layouts, styles, the
+            """Close the sliders, the image and the widgets they hold (layouts, styles, the
             toolbar) too: closing a box alone leaves them registered in the kernel."""
             if self._settle is not None:
                 self._settle.cancel()
@@ -161,6 +174,16 @@ def _explorer_class():
             return bundle
 
     return Explorer
+
+
+def _png(canvas) -> bytes:
+    """The canvas's pixels as a PNG, compressed fast (level 1: a few milliseconds a frame)."""
+    from PIL import Image
+
+    with io.BytesIO() as png:
+        Image.fromarray(np.asarray(canvas.buffer_rgba())).save(png, format="png",
+                                                                compress_level=1)
+        return png.getvalue()
 
 
 def _moving(figure) -> list:
@@ -190,9 +213,7 @@ def _backdrop(figure) -> list:
 def _draw_behind(figure, laid_out, pictures: dict):
     """Draw the figure whole without its axes' contents, keeping the axes at `laid_out` (their
     positions before the frame, one per axes) instead of laying the figure out again; save that
-    background, paint the contents over it and send the frame. Returns the background."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
+    background and paint the contents over it. Returns the background."""
     moving = _moving(figure)
     for artist in moving:
         artist.set_animated(True)
@@ -201,22 +222,20 @@ def _draw_behind(figure, laid_out, pictures: dict):
         figure.set_layout_engine("none")
         for ax, box in zip(figure.axes, laid_out, strict=True):
             ax.set_position(box)
-    FigureCanvasAgg.draw(canvas)  # render only: the page gets the frame once, by blit below
+    canvas.draw()
     figure.set_layout_engine(engine)
     for ax in figure.axes:  # set_position took them out of the layout; the axes are kept
         ax.set_in_layout(True)
     background = canvas.copy_from_bbox(figure.bbox)
     _paint(figure, moving, pictures)
-    canvas.blit(figure.bbox)
     return background
 
 
 def _blit(figure, background, pictures: dict) -> None:
-    """Paint the axes' contents over the saved background and send the frame."""
+    """Paint the axes' contents over the saved background."""
     canvas = figure.canvas
     canvas.restore_region(background)
     _paint(figure, _moving(figure), pictures)
-    canvas.blit(figure.bbox)
 
 
 def _paint(figure, moving, pictures: dict) -> None:
@@ -284,7 +303,7 @@ def _picture(legend, renderer):
 
 
 def _close_children(root) -> None:
-    """Close every widget root holds (sliders, canvas, layouts, styles, the toolbar), found
+    """Close every widget root holds (sliders, image, layouts, styles), found
     through the widgets' traits: closing a box alone leaves them registered in the kernel."""
     import ipywidgets as widgets
 
