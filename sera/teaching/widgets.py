@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import gc
 import io
 
+import ipywidgets as widgets
 import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.legend import Legend
 
 import sera.plotting as splot
@@ -35,145 +36,131 @@ _LIVE: dict = {}  # the explorer each plot function shows now; a rerun cell clos
 def _float(value, low, high, step, label):
     """A labelled slider. Continuous quantities get steps of about 1/100 to 1/250 of their
     range, so that a hand crossing the track meets more stops than the figure has frames."""
-    import ipywidgets as widgets
-
     return widgets.FloatSlider(value=value, min=low, max=high, step=step, description=label,
                                style=LABEL, layout=widgets.Layout(width=WIDTH))
 
 
 def _int(value, low, high, label):
-    import ipywidgets as widgets
-
     return widgets.IntSlider(value=value, min=low, max=high, description=label, style=LABEL,
                              layout=widgets.Layout(width=WIDTH))
 
 
-@functools.cache
-def _explorer_class():
-    """The Explorer class, made on first use: its base comes from ipywidgets, which only a live
-    notebook needs (so the class lives in this function, not at module level; its drawing and
-    closing work in the module's functions below).
+class Explorer(widgets.VBox):
+    """Sliders (`controls`, by argument name) above `figure`, shown live in `image`; `draws`
+    counts the redraws and `blits` those that repainted only the axes' contents. Displayed, it
+    also carries the initial figure as a PNG, which is what a front end without widgets (and the
+    static site) shows.
 
     A frame reaches the page as one PNG of the whole figure in an Image widget: the page decodes
     and shows it, nothing more. (An ipympl canvas also encodes its last frame back to a data URL
     in the page on every frame and copies it between two canvases: in tests/test_browser.py's
     drags it kept up at 11-15 frames a second, an Image at 14-17.)"""
-    import ipywidgets as widgets
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    class Explorer(widgets.VBox):
-        """Sliders (`controls`, by argument name) above `figure`, shown live in `image`;
-        `draws` counts the redraws and `blits` those that repainted only the axes' contents.
-        Displayed, it also carries the initial figure as a PNG, which is what a front end
-        without widgets (and the static site) shows."""
+    def __init__(self, plot, **controls):
+        self.plot, self.controls, self.draws, self.blits = plot, controls, 0, 0
+        self._queued, self._settle, self._collector = False, None, None
+        self._background = self._backdrop = None
+        self._pictures: dict = {}  # legends as painted, by their look (see _paint)
+        self.figure = plot(**self.values())
+        self.figure.set_dpi(SeraFigure.DISPLAY_DPI)  # the size the static PNG has
+        width, height = FigureCanvasAgg(self.figure).get_width_height()
+        # at the figure's own size in pixels: a box would stretch it to its width
+        self.image = widgets.Image(format="png", layout=widgets.Layout(
+            width=f"{width}px", height=f"{height}px", align_self="flex-start"))
+        self.figure.canvas.draw()
+        self._show()
+        super().__init__([*controls.values(), self.image, widgets.HTML(CONTAIN)])
+        self.add_class("sera-explorer")
+        for control in controls.values():
+            # continuous_update is on: the figure follows the hand while a slider moves
+            control.observe(self.redraw, "value")
 
-        def __init__(self, plot, **controls):
-            self.plot, self.controls, self.draws, self.blits = plot, controls, 0, 0
-            self._queued, self._settle, self._collector = False, None, None
-            self._background = self._backdrop = None
-            self._pictures: dict = {}  # legends as painted, by their look (see _paint)
-            self.figure = plot(**self.values())
-            self.figure.set_dpi(SeraFigure.DISPLAY_DPI)  # the size the static PNG has
-            width, height = FigureCanvasAgg(self.figure).get_width_height()
-            # at the figure's own size in pixels: a box would stretch it to its width
-            self.image = widgets.Image(format="png", layout=widgets.Layout(
-                width=f"{width}px", height=f"{height}px", align_self="flex-start"))
-            self.figure.canvas.draw()
-            self._show()
-            super().__init__([*controls.values(), self.image, widgets.HTML(CONTAIN)])
-            self.add_class("sera-explorer")
-            for control in controls.values():
-                # continuous_update is on: the figure follows the hand while a slider moves
-                control.observe(self.redraw, "value")
+    def values(self) -> dict:
+        return {name: control.value for name, control in self.controls.items()}
 
-        def values(self) -> dict:
-            return {name: control.value for name, control in self.controls.items()}
+    def redraw(self, _=None) -> None:
+        """Redraw for the sliders' values: at once without a kernel loop (a test, a
+        script), else as the next frame, so that the kernel answers the slider at once and
+        the moves that arrive while a frame is drawn make one frame, at the latest values."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._frame(None)
+            return
+        if not self._queued:
+            self._queued = True
+            loop.call_soon(self._frame, loop)
 
-        def redraw(self, _=None) -> None:
-            """Redraw for the sliders' values: at once without a kernel loop (a test, a
-            script), else as the next frame, so that the kernel answers the slider at once and
-            the moves that arrive while a frame is drawn make one frame, at the latest values."""
+    def _frame(self, loop) -> None:
+        """Draw the figure for the sliders' values and send it to the page. While a slider
+        moves (a kernel loop runs), the plot redraws into the axes it drew last time and,
+        when their limits, ticks and labels are unchanged, only what was drawn in them is
+        painted over the saved background and sent (blitting: the axes' ticks and labels
+        cost most of a full draw); otherwise the figure is drawn whole, keeping the last
+        layout (the constrained layout costs half a frame). Python's collector runs once a
+        frame, when the last frame's artists have just become garbage (left to itself it
+        stops every few frames for a sweep of the whole kernel, 0.1-0.3 s). Once the sliders
+        rest for SETTLE seconds the figure is laid out and drawn whole again."""
+        self._queued = False
+        figure = self.figure
+        laid_out = [ax.get_position() for ax in figure.axes]
+        if loop is not None and self._collector is None:
+            self._collector = gc.isenabled()
+            gc.disable()
+        with drawing_into(figure):
             try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                self._frame(None)
-                return
-            if not self._queued:
-                self._queued = True
-                loop.call_soon(self._frame, loop)
+                self.plot(**self.values())
+            except ValueError as error:  # a setting the plot rejects: say why, no traceback
+                splot.message_figure(str(error))
+        self.draws += 1
+        if loop is None:
+            self._rest()
+            return
+        gc.collect(0)
+        backdrop = _backdrop(figure)
+        if self._background is not None and backdrop == self._backdrop:
+            _blit(figure, self._background, self._pictures)
+            self.blits += 1
+        else:
+            self._background = _draw_behind(figure, laid_out, self._pictures)
+            self._backdrop = backdrop
+        if self._settle is not None:
+            self._settle.cancel()
+        self._show()
+        self._settle = loop.call_later(SETTLE, self._rest)
 
-        def _frame(self, loop) -> None:
-            """Draw the figure for the sliders' values and send it to the page. While a slider
-            moves (a kernel loop runs), the plot redraws into the axes it drew last time and,
-            when their limits, ticks and labels are unchanged, only what was drawn in them is
-            painted over the saved background and sent (blitting: the axes' ticks and labels
-            cost most of a full draw); otherwise the figure is drawn whole, keeping the last
-            layout (the constrained layout costs half a frame). Python's collector runs once a
-            frame, when the last frame's artists have just become garbage (left to itself it
-            stops every few frames for a sweep of the whole kernel, 0.1-0.3 s). Once the sliders
-            rest for SETTLE seconds the figure is laid out and drawn whole again."""
-            self._queued = False
-            figure = self.figure
-            laid_out = [ax.get_position() for ax in figure.axes]
-            if loop is not None and self._collector is None:
-                self._collector = gc.isenabled()
-                gc.disable()
-            with drawing_into(figure):
-                try:
-                    self.plot(**self.values())
-                except ValueError as error:  # a setting the plot rejects: say why, no traceback
-                    splot.message_figure(str(error))
-            self.draws += 1
-            if loop is None:
-                self._rest()
-                return
-            gc.collect(0)
-            backdrop = _backdrop(figure)
-            if self._background is not None and backdrop == self._backdrop:
-                _blit(figure, self._background, self._pictures)
-                self.blits += 1
-            else:
-                self._background = _draw_behind(figure, laid_out, self._pictures)
-                self._backdrop = backdrop
-            if self._settle is not None:
-                self._settle.cancel()
-            self._show()
-            self._settle = loop.call_later(SETTLE, self._rest)
+    def _show(self) -> None:
+        """Send the canvas as it stands to the page, as a PNG."""
+        self.image.value = _png(self.figure.canvas)
 
-        def _show(self) -> None:
-            """Send the canvas as it stands to the page, as a PNG."""
-            self.image.value = _png(self.figure.canvas)
+    def _rest(self) -> None:
+        self._settle = self._background = self._backdrop = None
+        for artist in _moving(self.figure):
+            artist.set_animated(False)
+        self.figure.canvas.draw()
+        self._show()
+        self._release_collector()
 
-        def _rest(self) -> None:
-            self._settle = self._background = self._backdrop = None
-            for artist in _moving(self.figure):
-                artist.set_animated(False)
-            self.figure.canvas.draw()
-            self._show()
-            self._release_collector()
+    def _release_collector(self) -> None:
+        if self._collector:
+            gc.enable()
+        self._collector = None
 
-        def _release_collector(self) -> None:
-            if self._collector:
-                gc.enable()
-            self._collector = None
+    def close(self) -> None:
+        """Close the sliders, the image and the widgets they hold (layouts, styles, the
+        toolbar) too: closing a box alone leaves them registered in the kernel."""
+        if self._settle is not None:
+            self._settle.cancel()
+        self._release_collector()
+        _close_children(self)
+        super().close()
 
-        def close(self) -> None:
-            """Close the sliders, the image and the widgets they hold (layouts, styles, the
-            toolbar) too: closing a box alone leaves them registered in the kernel."""
-            if self._settle is not None:
-                self._settle.cancel()
-            self._release_collector()
-            _close_children(self)
-            super().close()
-
-        def _repr_mimebundle_(self, **kwargs):
-            bundle = super()._repr_mimebundle_(**kwargs)
-            if bundle is not None:
-                png = self.figure.drawn_png()
-                bundle["image/png"] = base64.b64encode(png).decode("ascii")
-            return bundle
-
-    return Explorer
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is not None:
+            png = self.figure.drawn_png()
+            bundle["image/png"] = base64.b64encode(png).decode("ascii")
+        return bundle
 
 
 def _png(canvas) -> bytes:
@@ -305,8 +292,6 @@ def _picture(legend, renderer):
 def _close_children(root) -> None:
     """Close every widget root holds (sliders, image, layouts, styles), found
     through the widgets' traits: closing a box alone leaves them registered in the kernel."""
-    import ipywidgets as widgets
-
     stack, seen = [root], set()
     while stack:
         widget = stack.pop()
@@ -327,7 +312,7 @@ def _explore(plot, key=None, **controls):
     key = key or plot.__name__
     if key in _LIVE:
         _LIVE.pop(key).close()
-    _LIVE[key] = _explorer_class()(plot, **controls)
+    _LIVE[key] = Explorer(plot, **controls)
     return _LIVE[key]
 
 
@@ -349,8 +334,6 @@ def tilt_explorer():
 
 def waterline_explorer():
     """The waterline on a Beta(a, b) batch (notebook 02), with N_min <= N0 <= N_max linked."""
-    import ipywidgets as widgets
-
     n_min = _int(2, 2, 8, "fewest rollouts N_min")
     n0 = _int(8, 2, 64, "rollouts per prompt N0 (budget B x N0)")
     n_max = _int(64, 8, 256, "most rollouts N_max")
@@ -401,8 +384,6 @@ EXPLORERS = {"kappa": kappa_explorer, "tilt": tilt_explorer, "waterline": waterl
 def regime_explorer(gains):
     """The simulated regime map of one profile (notebook 08) for each precomputed K, n_min and
     difficulty: the sliders pick among the settings that were simulated."""
-    import ipywidgets as widgets
-
     def choice(values, label, fmt=str):
         options = [(fmt(v), v) for v in sorted(set(values))]
         return widgets.SelectionSlider(options=options, value=options[0][1], description=label,
