@@ -329,8 +329,8 @@ def test_an_explorer_cell_shows_the_figure_it_displayed():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("explorer()",
                                                                    outputs=[view])])
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {
-        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_canvas"]}},
-        "canvas": {"model_name": "MPLCanvasModel", "state": {"_data_url": None}}}}}
+        "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_image"]}},
+        "image": {"model_name": "ImageModel", "state": {"format": "png"}}}}}
     assert runner.static_sliders(nb) == 1 and "widgets" not in nb.metadata
     outputs = nb.cells[0].outputs
     assert [o.data.get("image/png") for o in outputs[:-1]] == [png]

@@ -20,6 +20,20 @@ def _controls(explorer):
     return explorer.controls
 
 
+def _shown(explorer) -> np.ndarray:
+    """The pixels of the PNG the page was last sent."""
+    return np.asarray(PIL.Image.open(io.BytesIO(explorer.image.value))).astype(int)
+
+
+def _shows_the_canvas(explorer) -> bool:
+    """The page was sent the figure as the canvas holds it now, losslessly, at the figure's
+    own width in pixels."""
+    canvas = np.asarray(explorer.figure.canvas.buffer_rgba()).astype(int)
+    width = explorer.figure.canvas.get_width_height()[0]
+    return np.array_equal(_shown(explorer), canvas) and explorer.image.layout.width == \
+        f"{width}px"
+
+
 def _move(explorer, widget, value):
     figure, draws, old = explorer.figure, explorer.draws, widget.value
     start = time.perf_counter()
@@ -35,6 +49,7 @@ def _move(explorer, widget, value):
 def test_every_control_redraws_at_its_ends(name):
     explorer = sera.teaching.widgets.EXPLORERS[name]()
     assert isinstance(explorer.figure, Figure) and explorer.image in explorer.children
+    assert _shows_the_canvas(explorer)  # the first figure
     controls = _controls(explorer).values()
     assert all(getattr(control, "continuous_update", True) for control in controls)
     times = []
@@ -44,6 +59,7 @@ def test_every_control_redraws_at_its_ends(name):
                                                                              control.max]
         for value in values:
             times.append(_move(explorer, control, value))
+            assert _shows_the_canvas(explorer), (key, value)  # each redraw reaches the page
     print(f"{name}: {len(times)} redraws, median {sorted(times)[len(times) // 2]:.3f} s")
 
 
@@ -151,8 +167,7 @@ def test_a_drag_repaints_the_axes_contents_over_a_saved_background(name, key, va
             control.value = value
             await asyncio.sleep(0)  # the frame runs, as between two moves of the hand
         blitted = np.asarray(figure.canvas.buffer_rgba()).astype(int)
-        shown = np.asarray(PIL.Image.open(io.BytesIO(explorer.image.value))).astype(int)
-        assert np.array_equal(shown, blitted)  # the page gets the frame as painted, lossless
+        assert np.array_equal(_shown(explorer), blitted)  # the page gets the frame as painted
         for artist in sera.teaching.widgets._moving(figure):
             artist.set_animated(False)
         engine = figure.get_layout_engine()
@@ -167,6 +182,7 @@ def test_a_drag_repaints_the_axes_contents_over_a_saved_background(name, key, va
         return frames
 
     blitted, whole = asyncio.run(drag_and_rest())
+    assert _shows_the_canvas(explorer)  # the figure laid out at rest reaches the page
     assert explorer.draws >= 4 and explorer.blits >= explorer.draws / 2, \
         (explorer.draws, explorer.blits)
     differ = (np.abs(blitted - whole).max(axis=-1) > 2).mean()

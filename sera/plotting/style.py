@@ -194,7 +194,7 @@ _TARGETS: list = []  # figures that new_figure redraws into, innermost last (see
 @contextlib.contextmanager
 def drawing_into(fig):
     """Inside this block new_figure redraws into `fig` (keeping its size) instead of making a
-    figure: a live slider (sera.teaching.widgets) redraws the one figure its canvas shows through
+    figure: a live slider (sera.teaching.widgets) redraws the one figure it shows through
     the same plot functions as the figure cells. A plot that asks for the grid of axes it asked
     for last time gets the same axes back, emptied of what was drawn in them (see `_emptied`), so
     that their ticks and frames need not be made again."""

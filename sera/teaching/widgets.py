@@ -63,12 +63,13 @@ class Explorer(widgets.VBox):
         self._pictures: dict = {}  # legends as painted, by their look (see _paint)
         self.figure = plot(**self.values())
         self.figure.set_dpi(SeraFigure.DISPLAY_DPI)  # the size the static PNG has
-        width, height = FigureCanvasAgg(self.figure).get_width_height()
-        # at the figure's own size in pixels: a box would stretch it to its width
-        self.image = widgets.Image(format="png", layout=widgets.Layout(
-            width=f"{width}px", height=f"{height}px", align_self="flex-start"))
+        width, _ = FigureCanvasAgg(self.figure).get_width_height()
         self.figure.canvas.draw()
-        self._show()
+        # at the figure's own width in pixels (a box would stretch it to its own width); the
+        # height follows, and a pane narrower than the figure scales it down whole
+        self.image = widgets.Image(value=_png(self.figure.canvas), format="png",
+                                   layout=widgets.Layout(width=f"{width}px",
+                                                         align_self="flex-start"))
         super().__init__([*controls.values(), self.image, widgets.HTML(CONTAIN)])
         self.add_class("sera-explorer")
         for control in controls.values():
@@ -147,8 +148,8 @@ class Explorer(widgets.VBox):
         self._collector = None
 
     def close(self) -> None:
-        """Close the sliders, the image and the widgets they hold (layouts, styles, the
-        toolbar) too: closing a box alone leaves them registered in the kernel."""
+        """Close the sliders, the image and the widgets they hold (layouts, styles) too:
+        closing a box alone leaves them registered in the kernel."""
         if self._settle is not None:
             self._settle.cancel()
         self._release_collector()
