@@ -313,7 +313,8 @@ def test_notebook_in_the_browser(lab, browser, name):
         for index, label, value in moves:
             times.append(_set(page, explorers.nth(index), label, value))
             assert _tracebacks(page) == 0, moves
-            assert "does not fit" not in explorers.nth(index).inner_text()
+            # (that the figure drew the allocation, not "does not fit", is drawn in pixels:
+            # tests/test_widgets.py::test_linked_sliders_never_reach_an_infeasible_budget)
     moved = sorted(t for t in times if t > 0)
     fps = sorted(f for f, _ in drags)
     latency = sorted(lag for _, lag in drags)
