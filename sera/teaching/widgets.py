@@ -63,12 +63,14 @@ class Explorer(widgets.VBox):
         self._pictures: dict = {}  # legends as painted, by their look (see _paint)
         self.figure = plot(**self.values())
         self.figure.set_dpi(SeraFigure.DISPLAY_DPI)  # the size the static PNG has
-        width, _ = FigureCanvasAgg(self.figure).get_width_height()
+        width, height = FigureCanvasAgg(self.figure).get_width_height()
         self.figure.canvas.draw()
-        # at the figure's own width in pixels (a box would stretch it to its own width); the
-        # height follows, and a pane narrower than the figure scales it down whole
+        # at the figure's own size in pixels (a box would stretch it to its own width; a fixed
+        # box lays nothing out again when a frame arrives); a pane narrower than the figure
+        # scales it down whole inside that box (object-fit), never squashed
         self.image = widgets.Image(value=_png(self.figure.canvas), format="png",
-                                   layout=widgets.Layout(width=f"{width}px",
+                                   layout=widgets.Layout(width=f"{width}px", height=f"{height}px",
+                                                         object_fit="contain",
                                                          align_self="flex-start"))
         super().__init__([*controls.values(), self.image, widgets.HTML(CONTAIN)])
         self.add_class("sera-explorer")
