@@ -162,8 +162,8 @@ class Explorer(widgets.VBox):
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is not None:
-            png = self.figure.drawn_png()
-            bundle["image/png"] = base64.b64encode(png).decode("ascii")
+            # the PNG the page was last sent: the figure is not drawn again for it
+            bundle["image/png"] = base64.b64encode(self.image.value).decode("ascii")
         return bundle
 
 
