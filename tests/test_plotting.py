@@ -287,6 +287,23 @@ def test_the_safeguard_draws_dropped_prompts_below_the_line_they_were_dropped_fo
     assert len(dropped.get_ydata()) > 0 and max(dropped.get_ydata()) < 0.3
 
 
+def test_the_safeguard_count_axis_stays_put_while_the_batch_changes():
+    # the count axis is set by the cap (a slider's drag over a and b keeps its ticks, so its
+    # frames can be blitted), and it holds every count with the cap line in view
+    limits = set()
+    for a in np.linspace(0.1, 3.0, 30):
+        fig = splot.plot_safeguard_beta(a=a, b=1.5, n0=8, n_max=64)
+        left = fig.axes[0]
+        counts = max(max(ln.get_ydata(), default=0) for ln in left.get_lines()[:2])
+        cap = next(ln for ln in left.get_lines() if ln.get_label() == "cap 64")
+        assert counts <= 64 == cap.get_ydata()[0] < left.get_ylim()[1]
+        limits.add(left.get_ylim())
+    assert len(limits) == 1, limits
+    # a budget below N_max caps the counts instead
+    fig = splot.plot_safeguard_beta(batch=4, n0=4, n_max=64)
+    assert any(ln.get_label() == "cap 16" for ln in fig.axes[0].get_lines())
+
+
 def test_the_tilt_arrows_differ_in_hue_and_the_axes_are_labelled():
     fig = splot.plot_direction_tilt()
     ax = fig.axes[0]

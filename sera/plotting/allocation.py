@@ -103,7 +103,13 @@ def plot_allocation_vs_success(n0s=(4, 8, 16, 32), batch: int = 128, n_min: int 
 @styled
 def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float = 0.3):
     """Which prompts the observability safeguard keeps: counts and U(p, N_q) per prompt; a
-    dropped prompt is drawn at the U the whole batch's allocation would have left it."""
+    dropped prompt is drawn at the U the whole batch's allocation would have left it; a dotted
+    line marks the cap on counts.
+
+    The count axis reaches just past the cap (N_max, or the budget if smaller), so it shows how
+    close the counts come to it and stays put while the batch changes: an axis that followed
+    the largest count made the slider's figure draw whole (ticks and all) whenever that count
+    crossed a step of the axis, about one frame in eight of a drag."""
     p = np.asarray(p, dtype=float)
     result = allocate(p, budget, n_min, n_max, u_min=u_min)
     fig, (left, right) = new_figure(ncols=2, width=3.9, height=3.2)
@@ -111,7 +117,9 @@ def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float
     left.plot(p[kept], result.counts[kept], "o", color=method_style("sera").color, ms=4,
               label="retained")
     left.plot(p[~kept], np.zeros((~kept).sum()), "x", color="#404040", label="dropped")
-    top = headroom(result.counts.max() * 1.05)
+    cap = min(n_max, budget)
+    left.axhline(cap, color="#9e9e9e", ls=":", lw=1, label=f"cap {cap}")
+    top = headroom(cap * 1.05)
     left.set(xlabel="p", ylabel="rollouts N_q", xlim=(-0.03, 1.03), ylim=(-0.05 * top, top),
              title="fallback taken" if result.fallback else f"{kept.sum()} of {p.size} kept")
     left.legend(loc="upper right")
