@@ -221,6 +221,58 @@ def test_a_legend_is_painted_from_its_picture_to_within_one_level():
         assert np.abs(whole - copied).max() <= 1, method
 
 
+def test_a_move_from_the_page_redraws_without_an_echo_and_linked_ranges_still_reach_it():
+    explorer = sera.teaching.widgets.waterline_explorer()
+    sent = []
+
+    def recording(widget):
+        return lambda msg, buffers=None: sent.append((widget, msg))
+
+    for control in explorer.controls.values():
+        control._send = recording(control)
+    n0, n_max, before = explorer.controls["n0"], explorer.controls["n_max"], explorer.draws
+    n0.set_state({"value": 40})  # as a message from the page sets it
+    assert n0.value == 40 and explorer.draws == before + 1
+    assert not [msg for _, msg in sent if msg["method"] == "echo_update"], sent
+    # what the kernel changes in turn (N_max's lower end follows N0) is sent as an update
+    assert any(widget is n_max and msg["state"].get("min") == 40 for widget, msg in sent), sent
+    # a stock slider echoes the same move (what the explorer's sliders leave out)
+    stock = ipywidgets.IntSlider(value=8, min=2, max=64)
+    stock._send = recording(stock)
+    stock.set_state({"value": 40})
+    assert [msg["method"] for widget, msg in sent if widget is stock] == ["echo_update"]
+
+
+def test_a_title_drawn_again_unchanged_is_painted_from_its_picture():
+    # the first time a title looks as it does it is drawn in place and noted; the second time
+    # it is painted from its picture, to within one level of 255 of the title drawn in place
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from sera.teaching.widgets import _paint
+
+    def painted(title, pictures):
+        fig, ax = splot.new_figure()
+        ax.plot([0, 1], [0, 1])
+        ax.set_title(title)
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        whole = np.asarray(canvas.buffer_rgba()).astype(int)
+        ax.title.set_animated(True)
+        canvas.draw()
+        behind = np.asarray(canvas.buffer_rgba()).astype(int)
+        _paint(fig, [ax.title], pictures)
+        return whole, behind, np.asarray(canvas.buffer_rgba()).astype(int)
+
+    pictures = {}
+    for title, kinds in (("c = 0.5", [bool]), ("c = 0.5", [tuple]),
+                         ("c = 0.6", [tuple, bool]), ("c = 0.5", [tuple, bool])):
+        whole, behind, copied = painted(title, pictures)
+        assert sorted(type(p).__name__ for p in pictures.values()) == \
+            sorted(k.__name__ for k in kinds), (title, pictures.values())
+        assert (np.abs(whole - behind).max(axis=-1) > 2).sum() > 50  # the title's pixels
+        assert np.abs(whole - copied).max() <= 1, title
+
+
 def test_a_legend_look_tells_apart_what_changes_its_pixels():
     # two figures drawn alike have legends that look alike; a dash pattern, a marker or a
     # font weight alone makes another look (and so another picture)

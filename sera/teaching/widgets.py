@@ -19,6 +19,8 @@ import ipywidgets as widgets
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.legend import Legend
+from matplotlib.text import Text
+from traitlets import CFloat, CInt
 
 import sera.plotting as splot
 from sera.plotting.style import SeraFigure, drawing_into
@@ -29,20 +31,34 @@ SETTLE = 0.15  # seconds a slider rests before its figure is laid out again
 # The explorer on a layer of its own, so that the page repaints only the explorer while a slider
 # moves, not the whole notebook around it (in a measured drag, a quarter of the browser's time).
 CONTAIN = "<style>.sera-explorer { contain: content; will-change: transform; }</style>"
-PICTURES = 64  # legend pictures an explorer keeps (see _paint); a new one past them empties it
+PICTURES = 64  # looks an explorer keeps pictures of (see _paint); a new one past them makes room
 _LIVE: dict = {}  # the explorer each plot function shows now; a rerun cell closes the old one
+
+
+# A slider's moves are not echoed back to the page. ipywidgets echoes every value a page sends
+# (so that other views of the widget follow it): a message each way per move of the hand, some
+# sixty a second, on the cores that draw the frames. Without the echo, another view of the
+# same explorer (the cell shown twice, a second tab) keeps its slider where it was while the
+# figure still follows; in three back-to-back runs of notebook 02 in tests/test_browser.py
+# the drags ran at 14.9-15.9 frames a second (median) against 14.1-15.0 with it.
+class FloatSlider(widgets.FloatSlider):
+    value = CFloat(0.0, help="Float value").tag(sync=True, echo_update=False)
+
+
+class IntSlider(widgets.IntSlider):
+    value = CInt(0, help="Int value").tag(sync=True, echo_update=False)
 
 
 def _float(value, low, high, step, label):
     """A labelled slider. Continuous quantities get steps of about 1/100 to 1/250 of their
     range, so that a hand crossing the track meets more stops than the figure has frames."""
-    return widgets.FloatSlider(value=value, min=low, max=high, step=step, description=label,
-                               style=LABEL, layout=widgets.Layout(width=WIDTH))
+    return FloatSlider(value=value, min=low, max=high, step=step, description=label,
+                       style=LABEL, layout=widgets.Layout(width=WIDTH))
 
 
 def _int(value, low, high, label):
-    return widgets.IntSlider(value=value, min=low, max=high, description=label, style=LABEL,
-                             layout=widgets.Layout(width=WIDTH))
+    return IntSlider(value=value, min=low, max=high, description=label, style=LABEL,
+                     layout=widgets.Layout(width=WIDTH))
 
 
 class Explorer(widgets.VBox):
@@ -230,38 +246,62 @@ def _blit(figure, background, pictures: dict) -> None:
 
 
 def _paint(figure, moving, pictures: dict) -> None:
-    """Paint `moving` in order onto the canvas. A legend is painted from its picture: the RGBA
-    pixels it gave when drawn alone on a transparent canvas, kept in `pictures` by its look (see
-    _look). Its texts cost a third of a frame to lay out and render; a slider seldom changes
-    them (their values sit in the titles), and a picture is copied in a tenth of a millisecond,
-    to within one level of 255 of the legend drawn in place."""
+    """Paint `moving` in order onto the canvas. A legend, and a plain text (a title) drawn
+    again unchanged, is painted from its picture: the RGBA pixels it gave when drawn alone on a
+    transparent canvas, kept in `pictures` by its look (see _look), to within one level of 255
+    of the artist drawn in place. Texts cost most of a blitted frame to lay out and render
+    (3.6 ms for one title of the waterline figure, a third of its paint); a slider seldom
+    changes a legend or most titles, and a picture is copied in a tenth of a millisecond. A
+    text is pictured the second time it looks the same (the first time, `pictures` notes its
+    look), so a title that changes with every frame costs no more than drawn in place."""
     renderer = figure.canvas.get_renderer()
     for artist in moving:
-        if not isinstance(artist, Legend):
+        legend = isinstance(artist, Legend)
+        if not (legend or _plain_text(artist)):
             figure.draw_artist(artist)
             continue
         look = _look(artist, renderer)
-        if look not in pictures:
-            if len(pictures) >= PICTURES:
-                pictures.clear()
-            pictures[look] = _picture(artist, renderer)
-        if pictures[look] is not None:
-            pixels, x, y = pictures[look]
+        picture = pictures.get(look, Ellipsis)
+        if picture is Ellipsis and not legend:  # a text's first look: drawn in place, noted
+            _make_room(pictures)
+            pictures[look] = False
+            figure.draw_artist(artist)
+            continue
+        if picture is Ellipsis or picture is False:
+            _make_room(pictures)
+            pictures[look] = picture = _picture(artist, renderer)
+        if picture is not None:
+            pixels, x, y = picture
             gc = renderer.new_gc()
             renderer.draw_image(gc, x, y, pixels)
             gc.restore()
+
+
+def _plain_text(artist) -> bool:
+    """A text with words and no box around them (an Annotation draws an arrow too)."""
+    return type(artist) is Text and bool(artist.get_text()) and artist.get_bbox_patch() is None
+
+
+def _make_room(pictures: dict) -> None:
+    """Forget the looks seen once, then every picture, when `pictures` holds PICTURES looks."""
+    if len(pictures) >= PICTURES:
+        for look in [look for look, picture in pictures.items() if picture is False]:
+            del pictures[look]
+    if len(pictures) >= PICTURES:
+        pictures.clear()
 
 
 # What an artist inside a legend looks like, as far as its getters tell (those it lacks are
 # skipped); a line's dash pattern has no public getter, so it is read from its attribute.
 LOOK = ("text", "fontproperties", "color", "facecolor", "edgecolor", "linestyle", "linewidth",
         "drawstyle", "marker", "markersize", "markeredgewidth", "markerfacecolor",
-        "markeredgecolor", "fillstyle", "sizes", "alpha", "hatch", "boxstyle", "visible")
+        "markeredgecolor", "fillstyle", "sizes", "alpha", "hatch", "boxstyle", "rotation",
+        "visible")
 
 
-def _look(legend, renderer) -> tuple:
-    """What a legend's pixels depend on: its place and size, and the look of every artist it
-    draws (texts, handles whole, frame)."""
+def _look(artist, renderer) -> tuple:
+    """What the pixels of a legend or a text depend on: its place and size, and the look of
+    every artist it draws (a legend's texts, handles whole and frame; a text itself)."""
     def value(thing) -> str:  # objects without a value repr (fonts, box styles): their fields
         text = repr(thing)
         return repr(vars(thing)) if " object at 0x" in text else text
@@ -271,19 +311,19 @@ def _look(legend, renderer) -> tuple:
                 *(value(getattr(artist, f"get_{name}")()) for name in LOOK
                   if hasattr(artist, f"get_{name}")))
 
-    return (tuple(legend.get_window_extent(renderer).bounds),
-            tuple(look(artist) for artist in legend.findobj() if artist is not legend))
+    return (tuple(artist.get_window_extent(renderer).bounds),
+            tuple(look(part) for part in artist.findobj() if not isinstance(part, Legend)))
 
 
-def _picture(legend, renderer):
-    """(pixels, x, y): the legend drawn alone on a transparent canvas of the figure's size,
+def _picture(artist, renderer):
+    """(pixels, x, y): the legend or text drawn alone on a transparent canvas of the figure's size,
     cropped to what it painted, rows from the bottom up as Renderer.draw_image takes them, and
     the crop's lower left corner; None when it paints nothing."""
     from matplotlib.backends.backend_agg import RendererAgg
 
     width, height = int(renderer.width), int(renderer.height)
     alone = RendererAgg(width, height, renderer.dpi)
-    legend.draw(alone)
+    artist.draw(alone)
     rgba = np.asarray(alone.buffer_rgba())
     rows, columns = np.nonzero(rgba[..., 3])
     if rows.size == 0:
