@@ -77,7 +77,7 @@ class Explorer(widgets.VBox):
         self.plot, self.controls, self.draws, self.blits = plot, controls, 0, 0
         self._queued, self._settle, self._collector = False, None, None
         self._background = self._backdrop = None
-        self._pictures: dict = {}  # legends as painted, by their look (see _paint)
+        self._pictures: dict = {}  # legends and titles as painted, by their look (see _paint)
         self.figure = plot(**self.values())
         self.figure.set_dpi(SeraFigure.DISPLAY_DPI)  # the size the static PNG has
         width, height = FigureCanvasAgg(self.figure).get_width_height()
@@ -261,7 +261,7 @@ def _paint(figure, moving, pictures: dict) -> None:
             figure.draw_artist(artist)
             continue
         look = _look(artist, renderer)
-        picture = pictures.get(look, Ellipsis)
+        picture = pictures.get(look, Ellipsis)  # Ellipsis: never seen; False: a text seen once
         if picture is Ellipsis and not legend:  # a text's first look: drawn in place, noted
             _make_room(pictures)
             pictures[look] = False
@@ -291,8 +291,9 @@ def _make_room(pictures: dict) -> None:
         pictures.clear()
 
 
-# What an artist inside a legend looks like, as far as its getters tell (those it lacks are
-# skipped); a line's dash pattern has no public getter, so it is read from its attribute.
+# What an artist in a legend, or a text, looks like, as far as its getters tell (those it
+# lacks are skipped); a line's dash pattern has no public getter, so it is read from its
+# attribute.
 LOOK = ("text", "fontproperties", "color", "facecolor", "edgecolor", "linestyle", "linewidth",
         "drawstyle", "marker", "markersize", "markeredgewidth", "markerfacecolor",
         "markeredgecolor", "fillstyle", "sizes", "alpha", "hatch", "boxstyle", "rotation",
