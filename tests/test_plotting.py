@@ -438,3 +438,42 @@ def test_bars_are_one_artist_with_the_heights_given():
     assert list(ax.collections) == [collection] and tops == pytest.approx(heights)
     assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] > heights.max()  # rests on zero
     assert ax.get_legend_handles_labels()[1] == ["counts"]
+
+
+def test_a_redrawn_figure_shows_its_last_legend_only_while_the_entries_look_the_same():
+    # inside drawing_into, `legend` hands back the legend the axes had last time when the
+    # keyword arguments and every entry's label and look are unchanged; a colour, a label, an
+    # errorbar's marker or a keyword makes a new one; outside, every call makes a new one; a
+    # figure drawn with a legend shown again has the pixels of one drawn afresh
+    from sera.plotting.style import drawing_into, legend, new_figure
+
+    def draw(fig=None, color="#d62728", label="counts", marker="o", loc="upper right"):
+        def plot():
+            fig, ax = new_figure()
+            ax.plot([0, 1], [1, 2], color=color, label=label)
+            ax.errorbar([0.5], [1.5], yerr=[0.2], marker=marker, label="point")
+            return fig, legend(ax, loc=loc)
+
+        if fig is None:
+            return plot()
+        with drawing_into(fig):
+            return plot()
+
+    def pixels(fig):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        return np.asarray(canvas.buffer_rgba()).copy()
+
+    fig, made = draw()
+    first = draw(fig)[1]
+    assert first is not made and draw(fig)[1] is first
+    for change in ({"color": "#1f77b4"}, {"label": "rollouts"}, {"marker": "s"},
+                   {"loc": "lower left"}):
+        changed = draw(fig, **change)[1]
+        assert changed is not first, change
+        assert draw(fig)[1] is not changed, change  # and back, a legend made again
+    again = draw(fig)[1]
+    assert draw(fig)[1] is again and draw()[1] is not draw()[1]
+    assert np.array_equal(pixels(fig), pixels(draw()[0]))

@@ -15,6 +15,7 @@ from sera.plotting.style import (
     count_ticks,
     headroom,
     integer_ticks,
+    legend,
     message_figure,
     method_style,
     new_figure,
@@ -38,14 +39,14 @@ def plot_waterline(p, budget: int, n_min: int = 2, n_max: int | None = None,
                 label=f"uniform N0 = {budget / p.size:g}")
     top.set(ylabel="rollouts N_q", title=f"B = {p.size}, budget M = {budget}, "
             f"N_min = {n_min}, N_max = {n_max}", ylim=(0, headroom(result.counts.max() * 1.35)))
-    top.legend(loc="upper right", ncols=3, fontsize=7)
+    legend(top, loc="upper right", ncols=3, fontsize=7)
     bars(bottom, x, result.fidelity, color="#8fb6d9", label="κ(p_q, N_q)")
     bottom.axhline(result.level, color="#d62728", lw=1.5, label="water level c")
     bottom.plot(x, p, ".", color="#404040", ms=3, label="p_q")
     bottom.set(xlabel="prompts, sorted by success probability", ylabel="fidelity",
                ylim=(0, 1.4), title=f"fidelity per prompt; water level c = {result.level:.3f}")
     bottom.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
-    bottom.legend(loc="upper left", ncols=3, fontsize=7)  # above 1, clear of the bars
+    legend(bottom, loc="upper left", ncols=3, fontsize=7)  # above 1, clear of the bars
     integer_ticks(bottom.xaxis)
     return fig
 
@@ -122,7 +123,7 @@ def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float
     top = headroom(cap * 1.05)
     left.set(xlabel="p", ylabel="rollouts N_q", xlim=(-0.03, 1.03), ylim=(-0.05 * top, top),
              title="fallback taken" if result.fallback else f"{kept.sum()} of {p.size} kept")
-    left.legend(loc="upper right")
+    legend(left, loc="upper right")
     u = mixed_probability(p[kept], result.counts[kept])
     right.plot(p[kept], u, "o", color=method_style("sera").color, ms=4)
     # A dropped prompt is drawn where the whole batch's allocation would have left it, the
@@ -133,7 +134,7 @@ def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float
     right.axhline(u_min, color="#d62728", ls="--", lw=1, label="u_min")
     right.set(xlabel="p", ylabel="U(p, N)", xlim=(-0.03, 1.03), ylim=(0, 1.02),
               title=f"mixed-group probability; u_min = {u_min:g}")
-    right.legend(loc="lower center")
+    legend(right, loc="lower center")
     return fig
 
 

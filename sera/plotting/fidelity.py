@@ -10,7 +10,7 @@ from matplotlib import colormaps
 
 from sera.allocation import waterline
 from sera.fidelity import kappa, mixed_probability, rollouts_for_fidelity
-from sera.plotting.style import bars, integer_ticks, new_figure, styled
+from sera.plotting.style import bars, integer_ticks, legend, new_figure, styled
 
 P_GRID = np.linspace(0.0, 1.0, 401)
 
@@ -46,14 +46,14 @@ def plot_kappa_slider(p: float = 0.1, n: int = 8):
     left.set(xlabel="series term k", ylabel="(1-p)^(k-1)", ylim=(0, 1.05),
              title=f"κ = p · kept sum = {p * values[kept].sum():.3f}")
     integer_ticks(left.xaxis)
-    left.legend(loc="upper right")
+    legend(left, loc="upper right")
     right.plot(P_GRID, kappa(P_GRID, n), color="#1f77b4", label="centered")
     right.plot(P_GRID, kappa(P_GRID, n, centered=False), color="#1f77b4", ls="--",
                label="uncentered")
     right.plot([p], [kappa(p, n)], "o", color="#d62728")
     right.set(xlabel="p", ylabel="κ(p, N)", ylim=(0, 1.02),
               title=f"N = {n}: κ({p:.2f}, {n}) = {kappa(p, n):.3f}")
-    right.legend(loc="lower right")
+    legend(right, loc="lower right")
     return fig
 
 
@@ -105,7 +105,7 @@ def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg
            title="uniform N = {}: κ = ({:.2f}, {:.2f}), tilt {:.1f} deg\n"
                  "waterline N = ({:.1f}, {:.1f}): tilt {:.1f} deg".format(
                      n, *v["kappa"], v["tilt_uniform"], *v["counts"], v["tilt_equalized"]))
-    ax.legend(loc="upper center", fontsize=7, ncols=1)
+    legend(ax, loc="upper center", fontsize=7, ncols=1)
     return fig
 
 

@@ -23,7 +23,7 @@ from matplotlib.text import Text
 from traitlets import CFloat, CInt
 
 import sera.plotting as splot
-from sera.plotting.style import SeraFigure, drawing_into
+from sera.plotting.style import SeraFigure, drawing_into, looks
 
 LABEL = {"description_width": "initial"}
 WIDTH = "600px"  # room for a long label and a usable slider track
@@ -291,29 +291,16 @@ def _make_room(pictures: dict) -> None:
         pictures.clear()
 
 
-# What an artist in a legend, or a text, looks like, as far as its getters tell (those it
-# lacks are skipped); a line's dash pattern has no public getter, so it is read from its
-# attribute.
-LOOK = ("text", "fontproperties", "color", "facecolor", "edgecolor", "linestyle", "linewidth",
-        "drawstyle", "marker", "markersize", "markeredgewidth", "markerfacecolor",
-        "markeredgecolor", "fillstyle", "sizes", "alpha", "hatch", "boxstyle", "rotation",
-        "visible")
-
-
 def _look(artist, renderer) -> tuple:
     """What the pixels of a legend or a text depend on: its place and size, and the look of
-    every artist it draws (a legend's texts, handles whole and frame; a text itself)."""
-    def value(thing) -> str:  # objects without a value repr (fonts, box styles): their fields
-        text = repr(thing)
-        return repr(vars(thing)) if " object at 0x" in text else text
-
-    def look(artist):
-        return (type(artist).__name__, getattr(artist, "_unscaled_dash_pattern", None),
-                *(value(getattr(artist, f"get_{name}")()) for name in LOOK
-                  if hasattr(artist, f"get_{name}")))
-
-    return (tuple(artist.get_window_extent(renderer).bounds),
-            tuple(look(part) for part in artist.findobj() if not isinstance(part, Legend)))
+    every artist it draws (a legend's texts, handles whole and frame; a text itself). A legend
+    shown again by sera.plotting.style.legend keeps the look of its parts from last time."""
+    parts = getattr(artist, "_sera_parts", None)
+    if parts is None:
+        parts = tuple(looks(part) for part in artist.findobj() if not isinstance(part, Legend))
+        if isinstance(artist, Legend):
+            artist._sera_parts = parts
+    return tuple(artist.get_window_extent(renderer).bounds), parts
 
 
 def _picture(artist, renderer):
