@@ -195,6 +195,17 @@ MAXRL_HALF_STEP = Arm(
 the gain of the half step SERA's, or would MaxRL take it too?"""
 
 
+SERA_HALF_STEP_MAZE = Arm(
+    "sera", changes=(("lr", 1.5e-4),), tag="lr-half",
+    expect="further behind MaxRL at Pass@1 than sera at the full step (-6.6 points) and not "
+    "ahead at Pass@32: on these mazes sera does not collapse (its held-out Pass@1 rises from "
+    "0.149 to 0.330, MaxRL's to 0.396) and its gradient norm stays below MaxRL's (1.4-1.9 "
+    "against 1.7-2.6), so half the step only slows its rise. If so, the half step that removed "
+    "sera-rate's collapse on math is a lever for math, not a remedy for both long points")
+"""The paper's sera at half maze-n0-8-long-sera's step size, added after its other arms: does the
+half step that removed the math collapse (math-n0-4-320-avx2) cost SERA on mazes?"""
+
+
 def _math(**changes) -> SequenceConfig:
     return dataclasses.replace(MATH_PRESETS["fast"], final_samples=128, **changes)
 
@@ -240,7 +251,8 @@ POINTS = {point.name: point for point in (
                     "0.05 keeps every maze"),
                 Arm("sera-rate", expect="as at maze-n0-8-long: behind at Pass@1, ahead at "
                     "Pass@32, within that point's intervals (a check that its verdicts hold "
-                    "from another warm-up)")),
+                    "from another warm-up)"),
+                SERA_HALF_STEP_MAZE),
           why="maze-n0-8-long's setting from a warm-up of its own (stored with the runs), with "
               "the paper's sera as the arm the power calculation sizes: what the paper's "
               "method does where the package's sera-rate gained at Pass@32; some 4 minutes a "
