@@ -164,6 +164,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/rounding_gap.py
 	$(BIN)/python benchmarks/classification_speed.py
 	$(BIN)/python benchmarks/generation_speed.py
+	$(BIN)/python benchmarks/slider_frames.py
 	$(MAKE) $(VLLM_STAMP)
 	VLLM_CPU_KVCACHE_SPACE=1 $(VLLM)/bin/python benchmarks/vllm_speed.py
 
