@@ -204,6 +204,14 @@ SERA_HALF_STEP_MAZE = Arm(
     "sera-rate's collapse on math is a lever for math, not a remedy for both long points")
 """The paper's sera at half maze-n0-8-long-sera's step size, added after its other arms: does the
 half step that removed the math collapse (math-n0-4-320-avx2) cost SERA on mazes?"""
+MAXRL_HALF_STEP_MAZE = Arm(
+    "maxrl", changes=(("lr", 1.5e-4),), tag="lr-half",
+    expect="level with MaxRL at its full step at Pass@1 and ahead at Pass@32 by several points, as "
+    "MaxRL at half its step was on math (+0.6 at Pass@1, +8.3 at Pass@32): a smaller step keeps "
+    "more of the warm-up's spread of answers, whatever the allocation. Written after four seeds "
+    "of sera lr-half had landed here, ahead of MaxRL at Pass@32 (+8.2, -3.0 to +19.5) against its "
+    "expectation; if MaxRL at half its step gains as much, the gain is the step's, not SERA's")
+"""MaxRL at the maze point's half step: is sera lr-half's gain at large K SERA's or the step's?"""
 
 
 def _math(**changes) -> SequenceConfig:
@@ -252,7 +260,7 @@ POINTS = {point.name: point for point in (
                 Arm("sera-rate", expect="as at maze-n0-8-long: behind at Pass@1, ahead at "
                     "Pass@32, within that point's intervals (a check that its verdicts hold "
                     "from another warm-up)"),
-                SERA_HALF_STEP_MAZE),
+                SERA_HALF_STEP_MAZE, MAXRL_HALF_STEP_MAZE),
           why="maze-n0-8-long's setting from a warm-up of its own (stored with the runs), with "
               "the paper's sera as the arm the power calculation sizes: what the paper's "
               "method does where the package's sera-rate gained at Pass@32; some 4 minutes a "
