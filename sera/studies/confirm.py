@@ -90,6 +90,9 @@ class Arm:
     tag: str = ""
     expect: str = ""
     """What the arm is expected to do, written down before its runs."""
+    every_seed: bool = False
+    """Run at every seed of the point, as the treatment is, not only at its side_seeds: an arm
+    confirmed with the seeds the power calculation sets."""
 
     @property
     def name(self) -> str:
@@ -150,8 +153,8 @@ class Point:
         out = []
         for seed in range(n_seeds(self)):
             for a in self.arms:
-                side = a.u_min is not None or a.changes or a.method not in ("maxrl",
-                                                                            self.treatment)
+                side = not a.every_seed and (
+                    a.u_min is not None or a.changes or a.method not in ("maxrl", self.treatment))
                 if side and self.side_seeds is not None and seed >= self.side_seeds:
                     continue
                 config = a.config(base, seed)
@@ -201,17 +204,38 @@ SERA_HALF_STEP_MAZE = Arm(
     "ahead at Pass@32: on these mazes sera does not collapse (its held-out Pass@1 rises from "
     "0.149 to 0.330, MaxRL's to 0.396) and its gradient norm stays below MaxRL's (1.4-1.9 "
     "against 1.7-2.6), so half the step only slows its rise. If so, the half step that removed "
-    "sera-rate's collapse on math is a lever for math, not a remedy for both long points")
+    "sera-rate's collapse on math is a lever for math, not a remedy for both long points. "
+    "Extended from its first six seeds to the point's 18 (where it was ahead of MaxRL at Pass@32 "
+    "by 5.5 points, -3.8 to +14.8, and behind at Pass@1 by 4.1, -12.4 to +4.2): expected to stay "
+    "ahead at Pass@32 by about 5 points with an interval above zero, and behind at Pass@1 by "
+    "some 4 points, about as far as sera at the full step (-6.6)",
+    every_seed=True)
 """The paper's sera at half maze-n0-8-long-sera's step size, added after its other arms: does the
-half step that removed the math collapse (math-n0-4-320-avx2) cost SERA on mazes?"""
+half step that removed the math collapse (math-n0-4-320-avx2) cost SERA on mazes? Run at every
+seed as the candidate remedy."""
 MAXRL_HALF_STEP_MAZE = Arm(
     "maxrl", changes=(("lr", 1.5e-4),), tag="lr-half",
     expect="level with MaxRL at its full step at Pass@1 and ahead at Pass@32 by several points, as "
     "MaxRL at half its step was on math (+0.6 at Pass@1, +8.3 at Pass@32): a smaller step keeps "
     "more of the warm-up's spread of answers, whatever the allocation. Written after four seeds "
     "of sera lr-half had landed here, ahead of MaxRL at Pass@32 (+8.2, -3.0 to +19.5) against its "
-    "expectation; if MaxRL at half its step gains as much, the gain is the step's, not SERA's")
+    "expectation; if MaxRL at half its step gains as much, the gain is the step's, not SERA's. "
+    "Extended from its first six seeds to the point's 18 (level with MaxRL: -0.4 at Pass@1, +0.1 "
+    "at Pass@32): expected level at both K, so that sera lr-half's lead over it at Pass@32 "
+    "(+5.4, +1.2 to +9.5 over six seeds) holds with an interval above zero",
+    every_seed=True)
 """MaxRL at the maze point's half step: is sera lr-half's gain at large K SERA's or the step's?"""
+
+
+SERA_HALF_STEP = Arm(
+    "sera", changes=(("lr", 1e-4),), tag="lr-half",
+    expect="as sera-rate lr-half at this point: level with MaxRL at Pass@1 (sera-rate lr-half "
+    "-1.8, -4.4 to +0.8) and ahead at Pass@8 by about 10 points (+13.0), a few points ahead of "
+    "maxrl lr-half at Pass@8 (sera-rate lr-half +5.4): at the full step the paper's sera "
+    "collapsed as sera-rate did (math-n0-4-320: -10.3 and -12.7 points at Pass@1) and its "
+    "selection at u_min 0.05 rarely binds, so the half step should remove its collapse too")
+"""The paper's sera at math-n0-4-320-avx2's half step, added after its other arms: does the
+half step that removed sera-rate's collapse remove the paper's method's too?"""
 
 
 def _math(**changes) -> SequenceConfig:
@@ -273,12 +297,14 @@ POINTS = {point.name: point for point in (
               "run on one core, 36 runs"),
     Point("math-n0-4-320-avx2", "math", _math(steps=320, eval_every=80, checkpoint_every=20),
           seeds=MIN_SEEDS, k=8, calibrate_on="math-n0-4",
-          arms=(*(a for a in MECHANISM_ARMS if a.name != "sera"), MAXRL_HALF_STEP),
+          arms=(*(a for a in MECHANISM_ARMS if a.name != "sera"), MAXRL_HALF_STEP,
+                SERA_HALF_STEP),
           why="math-n0-4-320's setting and arms from a second warm-up, trained on a machine "
               "whose CPU (AVX2) cannot rebuild math-n0-4-320's warm-up (trained on AVX-512) bit "
               "for bit: a separate experiment that also tests whether the stored point's "
               "sera-rate verdict holds from another warm-up; the paper's sera, measured at "
-              "math-n0-4-320, is left out to give the mechanism arms their seeds"),
+              "math-n0-4-320, is left out to give the mechanism arms their seeds; it joins "
+              "at half the step, after the other arms, as the candidate remedy"),
     Point("maze-hard-n0-16", "maze",
           _maze(size=11, max_new_tokens=48, n0=16, steps=200, eval_every=40, checkpoint_every=10),
           seeds=None, arms=MAIN_ARMS,
