@@ -171,6 +171,18 @@ def test_side_arms_run_the_minimum_seeds_only(tmp_path, monkeypatch):
     assert sorted(c.seed for c in guarded) == list(range(confirm.MIN_SEEDS))
 
 
+def test_an_arm_run_at_every_seed_is_not_a_side_arm(tmp_path):
+    half = confirm.Arm("sera", changes=(("lr", 1e-4),), tag="lr-half")
+    base = dataclasses.replace(confirm.point("maze-n0-8-long-sera"), seeds=9,
+                               arms=(confirm.Arm("maxrl"), confirm.Arm("sera"), half))
+    every = dataclasses.replace(base, arms=(*base.arms[:2],
+                                            dataclasses.replace(half, every_seed=True)))
+    for p, seeds in ((base, confirm.MIN_SEEDS), (every, 9)):
+        runs = [(c.seed, c.lr) for c, a in p.runs(tmp_path) if a.tag == "lr-half"]
+        assert runs == [(seed, 1e-4) for seed in range(seeds)]
+        assert sum(a.name == "sera" for _, a in p.runs(tmp_path)) == 9
+
+
 def test_seed_sd_is_the_spread_of_the_per_seed_paired_gains():
     if not (confirm.STUDY_DIR / "maze-n0-8" / "final.csv.gz").exists():
         pytest.skip("maze-n0-8 is not stored")
