@@ -143,6 +143,14 @@ def test_the_readmes_mechanism_sentence_holds_on_the_stored_runs():
     final = runs.final.assign(method=runs.final["arm"])
     equal_step = paired_gain(final, "sera-rate lr-half", "maxrl lr-half", by=(), ks=[8]).iloc[0]
     assert round(100 * equal_step["gain"], 1) == 5.4 and equal_step["low"] > 0
+    # "and the paper's `sera` is still 2.3 points behind MaxRL at Pass@1"
+    assert "the paper's `sera` is still 2.3 points behind MaxRL at Pass@1" in text
+    paper = confirm.compare("math-n0-4-320-avx2", ks=(1,)).set_index("arm").loc["sera lr-half"]
+    assert round(100 * paper["measured"], 1) == -2.3 and paper["high"] < 0
+    # "(7.6 points ahead at half the step, 18 seeds; notebook 08)"
+    assert "(7.6 points ahead at half the step, 18 seeds; notebook 08)" in text
+    maze = confirm.compare("maze-n0-8-long-sera", ks=(32,)).set_index("arm").loc["sera lr-half"]
+    assert round(100 * maze["measured"], 1) == 7.6 and maze["low"] > 0 and maze["seeds"] == 18
 
 
 def test_drift_compares_each_run_with_its_own_start():
