@@ -164,6 +164,13 @@ class Point:
         return out
 
 
+def _half_step(method: str, preset: SequenceConfig, expect: str, every_seed: bool = False
+               ) -> Arm:
+    """`method` at half the step size of the preset its point trains with, tagged lr-half."""
+    return Arm(method, changes=(("lr", preset.lr / 2),), tag="lr-half", expect=expect,
+               every_seed=every_seed)
+
+
 MECHANISM_ARMS = (
     Arm("maxrl", expect="held-out Pass@1 rises from the warm-up by several points (the stored "
         "640-step runs rose 9.3)"),
@@ -176,10 +183,10 @@ MECHANISM_ARMS = (
     Arm("sera-rate", changes=(("allocator.n_min", 3),), tag="nmin-3",
         expect="level with MaxRL (interval covering zero): at N0 = 4 an N_min of 3 leaves one "
         "rollout per prompt to move, so the allocation stays close to uniform"),
-    Arm("sera-rate", changes=(("lr", 1e-4),), tag="lr-half",
-        expect="if steps as large on fewer mixed groups drive the decline, half the step size "
-        "keeps held-out Pass@1 from falling below the warm-up, though it stays behind MaxRL at "
-        "the full step size"),
+    _half_step("sera-rate", MATH_PRESETS["fast"],
+               expect="if steps as large on fewer mixed groups drive the decline, half the step "
+               "size keeps held-out Pass@1 from falling below the warm-up, though it stays behind "
+               "MaxRL at the full step size"),
     Arm("sera-rate", changes=(("agg", "seqnorm"),), tag="seqnorm",
         expect="if token-mean's per-step 1 / T drives the shrinking responses, seqnorm keeps the "
         "response length near MaxRL's and closes most of the gap; otherwise it collapses like "
@@ -187,8 +194,8 @@ MECHANISM_ARMS = (
 )
 """The arms of the mechanism point: MaxRL, the package's sera-rate (whose long math runs
 collapse), the paper's sera, and sera-rate with one suspect changed at a time."""
-MAXRL_HALF_STEP = Arm(
-    "maxrl", changes=(("lr", 1e-4),), tag="lr-half",
+MAXRL_HALF_STEP = _half_step(
+    "maxrl", MATH_PRESETS["fast"],
     expect="behind MaxRL at its full step at Pass@1 (with no collapse to undo, half the step only "
     "slows the rise) and at most a few points ahead at Pass@8, so that sera-rate lr-half is level "
     "with or ahead of it at Pass@1 and ahead at Pass@8: the half step helps SERA, not any method. "
@@ -198,8 +205,8 @@ MAXRL_HALF_STEP = Arm(
 the gain of the half step SERA's, or would MaxRL take it too?"""
 
 
-SERA_HALF_STEP_MAZE = Arm(
-    "sera", changes=(("lr", 1.5e-4),), tag="lr-half",
+SERA_HALF_STEP_MAZE = _half_step(
+    "sera", MAZE_PRESETS["fast"],
     expect="further behind MaxRL at Pass@1 than sera at the full step (-6.6 points) and not "
     "ahead at Pass@32: on these mazes sera does not collapse (its held-out Pass@1 rises from "
     "0.149 to 0.330, MaxRL's to 0.396) and its gradient norm stays below MaxRL's (1.4-1.9 "
@@ -213,8 +220,8 @@ SERA_HALF_STEP_MAZE = Arm(
 """The paper's sera at half maze-n0-8-long-sera's step size, added after its other arms: does the
 half step that removed the math collapse (math-n0-4-320-avx2) cost SERA on mazes? Run at every
 seed as the candidate remedy."""
-MAXRL_HALF_STEP_MAZE = Arm(
-    "maxrl", changes=(("lr", 1.5e-4),), tag="lr-half",
+MAXRL_HALF_STEP_MAZE = _half_step(
+    "maxrl", MAZE_PRESETS["fast"],
     expect="level with MaxRL at its full step at Pass@1 and ahead at Pass@32 by several points, as "
     "MaxRL at half its step was on math (+0.6 at Pass@1, +8.3 at Pass@32): a smaller step keeps "
     "more of the warm-up's spread of answers, whatever the allocation. Written after four seeds "
@@ -227,8 +234,8 @@ MAXRL_HALF_STEP_MAZE = Arm(
 """MaxRL at the maze point's half step: is sera lr-half's gain at large K SERA's or the step's?"""
 
 
-SERA_HALF_STEP = Arm(
-    "sera", changes=(("lr", 1e-4),), tag="lr-half",
+SERA_HALF_STEP = _half_step(
+    "sera", MATH_PRESETS["fast"],
     expect="as sera-rate lr-half at this point: level with MaxRL at Pass@1 (sera-rate lr-half "
     "-1.8, -4.4 to +0.8) and ahead at Pass@8 by about 10 points (+13.0), a few points ahead of "
     "maxrl lr-half at Pass@8 (sera-rate lr-half +5.4): at the full step the paper's sera "
