@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM)/.installed
 SCALE := .venv-scale
 SCALE_STAMP := $(SCALE)/.installed
 
-.PHONY: study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
+.PHONY: results study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -198,3 +198,7 @@ gpu-check-cpu-scale: $(SCALE_STAMP)
 gpu-check-cpu-vision: $(VISION_STAMP)
 	OMP_NUM_THREADS=2 $(VISION)/bin/python benchmarks/gpu_check.py --cpu --parts resnet \
 		--out build/gpu-check-cpu/vision
+
+# docs/results.md and the README's results table, rewritten from the stored runs in data/study/.
+results: $(STAMP)
+	$(BIN)/python -m sera.studies.report

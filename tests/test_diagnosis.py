@@ -6,7 +6,6 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sera import runstore
 from sera.results import paired_gain
 from sera.studies import confirm, diagnosis
 
@@ -112,25 +111,21 @@ def test_simulated_allocations_play_every_arm_from_the_calibrated_prediction():
         confirm.simulated_allocations("maze-n0-8-long", repetitions=1, processes=2), table)
 
 
-def test_the_readme_verdict_table_is_the_stored_one(capsys):
-    # README: "`python -m sera.confirm verdicts` prints this table"
-    text = (runstore.ROOT / "README.md").read_text()
+def test_the_verdicts_command_prints_the_stored_verdicts(capsys):
     assert confirm.main(["verdicts"]) == 0
     printed = capsys.readouterr().out.strip()
-    assert printed in text and printed == confirm.verdicts().to_markdown(index=False)
+    assert printed == confirm.verdicts().to_markdown(index=False)
     table = confirm.verdicts().set_index(["point", "arm", "k"])
     assert table.loc[("math-n0-4-long", "sera-rate", 1), "verdict"] == "behind, not as predicted"
     assert table.loc[("maze-n0-8-long", "sera-rate", 32), "verdict"] == "ahead, as predicted"
 
 
-def test_the_readmes_mechanism_sentence_holds_on_the_stored_runs():
-    # README: "half the step size removes `sera-rate`'s collapse and a more uniform allocation or
-    # seqnorm does not": at math-n0-4-320-avx2 sera-rate is behind MaxRL at Pass@1, lr-half's
-    # interval covers zero and its held-out Pass@1 ends above the warm-up in every seed, and
-    # nmin-3 and seqnorm stay behind.
-    text = " ".join((runstore.ROOT / "README.md").read_text().split())
-    assert ("half the step size removes `sera-rate`'s collapse and a more uniform allocation or "
-            "seqnorm does not") in text
+def test_the_half_step_mechanism_holds_on_the_stored_runs():
+    # Notebook 08's reading of math-n0-4-320-avx2: half the step removes sera-rate's collapse
+    # and a more uniform allocation (n_min 3) or seqnorm does not. sera-rate is behind MaxRL at
+    # Pass@1, lr-half's interval covers zero and its held-out Pass@1 ends above the warm-up in
+    # every seed, and nmin-3 and seqnorm stay behind; at half the step against MaxRL at half its
+    # step the gain at Pass@8 has an interval above zero.
     gains = confirm.compare("math-n0-4-320-avx2", ks=(1,)).set_index("arm")
     assert gains.loc["sera-rate", "high"] < 0
     assert gains.loc["sera-rate lr-half", "low"] < 0 < gains.loc["sera-rate lr-half", "high"]
@@ -138,19 +133,9 @@ def test_the_readmes_mechanism_sentence_holds_on_the_stored_runs():
     runs = confirm.load("math-n0-4-320-avx2")
     held = diagnosis.drift(runs.metrics).set_index("arm")
     assert held.loc["sera-rate lr-half", "below"] == 0 and held.loc["sera-rate", "below"] > 0.5
-    # "(at half the step it leads MaxRL at half its step by 5.4 points at Pass@8)"
-    assert "it leads MaxRL at half its step by 5.4 points at Pass@8" in text
     final = runs.final.assign(method=runs.final["arm"])
     equal_step = paired_gain(final, "sera-rate lr-half", "maxrl lr-half", by=(), ks=[8]).iloc[0]
-    assert round(100 * equal_step["gain"], 1) == 5.4 and equal_step["low"] > 0
-    # "and the paper's `sera` is still 2.3 points behind MaxRL at Pass@1"
-    assert "the paper's `sera` is still 2.3 points behind MaxRL at Pass@1" in text
-    paper = confirm.compare("math-n0-4-320-avx2", ks=(1,)).set_index("arm").loc["sera lr-half"]
-    assert round(100 * paper["measured"], 1) == -2.3 and paper["high"] < 0
-    # "(7.6 points ahead at half the step, 18 seeds; notebook 08)"
-    assert "(7.6 points ahead at half the step, 18 seeds; notebook 08)" in text
-    maze = confirm.compare("maze-n0-8-long-sera", ks=(32,)).set_index("arm").loc["sera lr-half"]
-    assert round(100 * maze["measured"], 1) == 7.6 and maze["low"] > 0 and maze["seeds"] == 18
+    assert equal_step["low"] > 0
 
 
 def test_drift_compares_each_run_with_its_own_start():

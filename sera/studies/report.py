@@ -1,0 +1,257 @@
+"""The results page: every arm of every stored confirmation point against MaxRL, from the tables.
+
+`python -m sera.studies.report` rewrites docs/results.md and the README's results table from the
+stored runs under data/study/; `--check` only says whether both are up to date (the tests run it).
+A gain is the mean of per-seed paired differences on the same held-out prompts with its 95%
+Student-t interval over seeds (`sera.results.paired_gain`); each arm's rows name the instruction
+set its runs and its comparator's runs were trained with, so that arms from different machines
+are never compared without a word.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sera import runstore
+from sera.results import paired_gain, per_prompt_pass
+from sera.studies import confirm
+
+MIN_SEEDS = 6
+"""Fewer paired seeds than this: the per-seed differences are shown and no verdict is given."""
+README_ARMS = ("sera", "sera lr-half", "sera-rate")
+"""The arms of the README's short table: the paper's method, it at half the step, the variant."""
+README_START = "<!-- results table: python -m sera.studies.report -->"
+README_END = "<!-- end of results table -->"
+
+
+def verdict(gain: float, low: float, high: float, predicted: float = math.nan) -> str:
+    """What an interval over seeds says, and what it says of a numeric prediction.
+
+    ahead / behind: the interval excludes zero. An interval that holds zero either refutes the
+    prediction (it lies outside the interval: "level, not as predicted") or can neither confirm
+    nor refute it ("inconclusive"); without a numeric prediction it is "interval holds zero".
+    """
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "no interval"
+    inside = math.isfinite(predicted) and low <= predicted <= high
+    if low > 0 or high < 0:
+        side = "ahead" if low > 0 else "behind"
+        if not math.isfinite(predicted):
+            return side
+        return f"{side}, {'as predicted' if inside else 'not as predicted'}"
+    if not math.isfinite(predicted):
+        return "interval holds zero"
+    return "inconclusive" if inside else "level, not as predicted"
+
+
+def machines(name: str) -> dict[str, str]:
+    """Per arm of a stored point, the instruction sets (torch's cpu_capability) its stored runs
+    were trained with, matched to the arm through the point's own run list."""
+    summary = confirm.stored(name)
+    by_folder = {record["run"].split("/")[-1]: record for record in summary.get("runs", [])}
+    found: dict[str, set] = {}
+    for config, arm in confirm.point(name).runs():
+        record = by_folder.get(Path(config.out).name)
+        if record is None:
+            continue
+        kinds = {start.get("cpu_capability") for start in record["provenance"]
+                 if "cpu_capability" in start}
+        found.setdefault(arm.name, set()).update(k or "unknown" for k in kinds)
+    return {arm: "+".join(sorted(kinds)) for arm, kinds in found.items()}
+
+
+def _prediction(name: str) -> pd.DataFrame:
+    folder = runstore.STUDY_DIR / name
+    if not (folder / "prediction.csv").exists():
+        return pd.DataFrame(columns=["arm", "k", "gain"])
+    return confirm.read_prediction(name)
+
+
+def _controls(arms: list[str], arm: str, tag: str) -> list[str]:
+    """MaxRL, and MaxRL with the same changes where the point has it (e.g. "maxrl lr-half")."""
+    same = f"maxrl {tag}" if tag else None
+    return ["maxrl", *([same] if same in arms and same != arm else [])]
+
+
+@functools.cache
+def _final(name: str) -> pd.DataFrame:
+    """A point's stored final table, read once per process (the page and the README share it)."""
+    return confirm.load(name).final
+
+
+def point_table(name: str) -> pd.DataFrame:
+    """One row per arm, comparator and K (`page_ks`): the paired gain in points with its
+    interval, the seeds, the stored prediction, the verdict and the machines."""
+    point = confirm.point(name)
+    final = _final(name)
+    final = final.assign(method=final["arm"])
+    arms = list(dict.fromkeys(final["arm"]))
+    tags = {a.name: a.tag for a in point.arms}
+    prediction = _prediction(name)
+    kinds = machines(name)
+    ks = page_ks(point)
+    rows = []
+    for arm in arms:
+        if arm == "maxrl":
+            continue
+        for control in _controls(arms, arm, tags.get(arm, "")):
+            gains = paired_gain(final, arm, control, by=(), ks=ks)
+            for g in gains.itertuples():
+                match = prediction[(prediction["arm"] == arm) & (prediction["k"] == g.k)]
+                predicted = float(match["gain"].iloc[0]) if control == "maxrl" and len(match) \
+                    else math.nan
+                enough = g.seeds >= MIN_SEEDS
+                rows.append({
+                    "point": name, "arm": arm, "against": control, "k": int(g.k),
+                    "seeds": int(g.seeds), "gain": g.gain, "low": g.low, "high": g.high,
+                    "per_seed": g.per_seed, "predicted": predicted,
+                    "verdict": verdict(g.gain, g.low, g.high, predicted) if enough
+                    else f"{g.seeds} seeds: no verdict",
+                    "machine": kinds.get(arm, "unknown"),
+                    "against_machine": kinds.get(control, "unknown")})
+    return pd.DataFrame(rows)
+
+
+def page_ks(point) -> tuple[int, ...]:
+    """Pass@1, the K the point was sized for, and Pass@32 where the evaluation drew 32 or more."""
+    large = {32} if point.config.final_samples >= 32 else set()
+    return tuple(sorted({1, point.k} | large))
+
+
+def maxrl_level(name: str, ks=None) -> dict[int, float]:
+    """MaxRL's held-out Pass@K at the final step, mean over seeds and prompts (default: the
+    page's K)."""
+    point = confirm.point(name)
+    final = _final(name)
+    mine = final[final["arm"] == "maxrl"]
+    return {k: float(per_prompt_pass(mine, k).mean()) for k in ks or page_ks(point)}
+
+
+def stored_points() -> list[str]:
+    return [name for name in confirm.POINTS
+            if (runstore.STUDY_DIR / name / "final.csv.gz").exists()]
+
+
+def _cell(row) -> str:
+    if row.seeds < MIN_SEEDS or not math.isfinite(row.low):
+        return "per seed " + " ".join(f"{100 * g:+.1f}" for g in row.per_seed)
+    return f"{100 * row.gain:+.1f} [{100 * row.low:+.1f}, {100 * row.high:+.1f}]"
+
+
+def _machine(row) -> str:
+    if row.machine == row.against_machine:
+        return row.machine
+    return f"{row.machine} (against {row.against_machine})"
+
+
+def page_table(name: str) -> str:
+    """A point's rows as markdown, gains in points of Pass@K."""
+    table = point_table(name)
+    shown = pd.DataFrame({
+        "arm": table["arm"], "against": table["against"], "K": table["k"],
+        "seeds": table["seeds"], "gain [95% interval]": [_cell(r) for r in table.itertuples()],
+        "predicted": [f"{100 * p:+.1f}" if math.isfinite(p) else "" for p in table["predicted"]],
+        "verdict": table["verdict"], "instruction set": [_machine(r) for r in table.itertuples()]})
+    return shown.to_markdown(index=False, disable_numparse=True)
+
+
+def readme_table() -> str:
+    """Per long point (320 steps or more) and K: MaxRL's level and each README arm's gain."""
+    rows = []
+    for name in stored_points():
+        point = confirm.point(name)
+        if point.config.steps < 320:
+            continue
+        table = point_table(name)
+        table = table[table["against"] == "maxrl"]
+        for k, level in maxrl_level(name, sorted({1, point.k})).items():
+            row = {"point": name, "K": k, "MaxRL": f"{100 * level:.1f}"}
+            for arm in README_ARMS:
+                match = table[(table["arm"] == arm) & (table["k"] == k)]
+                if len(match):
+                    found = next(match.itertuples())
+                    mixed = found.machine != found.against_machine
+                    row[arm] = _cell(found) + (" †" if mixed else "")
+                else:
+                    row[arm] = ""
+            rows.append(row)
+    return (pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
+            + "\n\n† this arm and its MaxRL trained on different instruction sets.")
+
+
+PAGE_HEAD = """# Results: every arm of every confirmation point
+
+Generated from the stored runs in `data/study/` by `python -m sera.studies.report`
+(`make results`); `tests/test_report.py` checks that this page matches them. Do not edit by hand.
+
+This page answers:
+- How far is each arm of each point ahead of or behind MaxRL, at Pass@1 and at large K?
+- Did the interval confirm the prediction written before the runs, refute it, or neither?
+- Which instruction set did each arm and its comparator train on?
+
+Gains are in points of Pass@K on the held-out prompts: the mean of per-seed paired differences,
+with the 95% Student-t interval over seeds. `against` is the arm subtracted: MaxRL at the point's
+settings, and for an arm that changes a setting also MaxRL with the same change. Verdicts:
+*ahead* or *behind* where the interval excludes zero; where it holds zero, *inconclusive* when
+the prediction lies inside it too (the runs neither confirm nor refute it) and *level, not as
+predicted* when the prediction lies outside it. Predictions are the simulator's, stored in each
+point's `prediction.csv`; arms that change the training (tagged arms) have a written expectation
+in their point's registration instead. An arm with fewer than 6 seeds shows its per-seed
+differences and no verdict. The *instruction set* is torch's CPU capability when each run
+started; runs on different ones are different samples of the same experiment.
+"""
+
+
+def page() -> str:
+    parts = [PAGE_HEAD]
+    for name in stored_points():
+        point = confirm.point(name)
+        level = ", ".join(f"Pass@{k} {100 * v:.1f}" for k, v in maxrl_level(name).items())
+        parts.append(f"## {name}\n\n{point.task}, N0 = {point.config.n0}, "
+                     f"{point.config.steps} steps; MaxRL's level: {level}.\n\n"
+                     f"{page_table(name)}\n")
+    return "\n".join(parts)
+
+
+def with_readme_table(readme: str, table: str) -> str:
+    """The README text with the block between the markers replaced by `table`."""
+    start, end = readme.find(README_START), readme.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the README has no block between {README_START!r} and {README_END!r}")
+    return readme[:start] + README_START + "\n\n" + table + "\n\n" + readme[end:]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if docs/results.md or the README's table "
+                             "differs from the stored runs")
+    parser.add_argument("--root", type=Path, default=runstore.ROOT,
+                        help="the checkout holding README.md and docs/")
+    args = parser.parse_args(argv)
+    targets = {args.root / "docs" / "results.md": page()}
+    readme = args.root / "README.md"
+    targets[readme] = with_readme_table(readme.read_text(), readme_table())
+    stale = [path for path, text in targets.items()
+             if not path.exists() or path.read_text() != text]
+    if args.check:
+        for path in stale:
+            print(f"{path} differs from the stored runs: run python -m sera.studies.report",
+                  file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        runstore.write_text(path, targets[path])
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())
