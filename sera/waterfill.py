@@ -41,6 +41,11 @@ class Interior:
     over its own prompts.
     """
 
+    # S at every breakpoint in one vectorised call costs as much as the log2(size) probes taken
+    # one by one between 2,000 and 3,000 breakpoints (40 us at 10^3, 340 us at 10^4, 56 ms at
+    # 10^6, against 65, 90 and 130 us probed; benchmarks/allocation_speed.py, part 4).
+    VECTORISED_UP_TO = 2048
+
     def __init__(self, h: np.ndarray, lo: int, hi: int):
         self.h, self.lo, self.hi, self.size = h, lo, hi, h.size
         # suffix[i] = sum of 1/h_j over j >= i; suffix[size] = 0.
@@ -58,13 +63,19 @@ class Interior:
         return i_hi * self.hi + (self.size - i_lo) * self.lo + (i_lo - i_hi) + lam * free
 
     def _first_reaching(self, scale: int, target: float) -> int:
-        """First j with S(scale * h_j) >= target: a binary search (S is nondecreasing) over S
-        at every breakpoint, taken in one vectorised call."""
-        totals = self.total(scale * self.h)
+        """First j with S(scale * h_j) >= target: a binary search (S is nondecreasing). Small
+        batches evaluate S at every breakpoint in one vectorised call; from VECTORISED_UP_TO
+        breakpoints on, that call would cost more than the log2(size) probes evaluated one by
+        one. Both take the same comparisons of the same numbers."""
+        if self.size <= self.VECTORISED_UP_TO:
+            total_at = self.total(scale * self.h).__getitem__
+        else:
+            def total_at(j):
+                return self.total(scale * self.h[j])
         left, right = 0, self.size
         while left < right:
             mid = (left + right) // 2
-            if totals[mid] >= target:
+            if total_at(mid) >= target:
                 right = mid
             else:
                 left = mid + 1

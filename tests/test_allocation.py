@@ -3,6 +3,7 @@ roundings against readable specifications, for p anywhere in [0, 1]."""
 
 import heapq
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from scipy.optimize import brentq
 
 import sera
 from sera.fidelity import kappa
+from sera.waterfill import Interior
 
 # p with log-uniform tails on both sides: 1e-17 .. 1e-1 and 1 - 1e-1 .. 1 - 1e-13, the plain
 # middle, and the ends 0 and 1 themselves.
@@ -333,3 +335,40 @@ def test_waterline_at_budgets_beyond_64_bit_integers(budget):
     result = sera.waterline(p, budget, n_min=2)
     assert result.counts.sum() == pytest.approx(budget, rel=1e-12)
     assert np.all(np.diff(result.counts) < 0)  # harder prompts get more
+
+
+def _every_result(p, budget, n_min, n_max):
+    counts, lam = sera.waterline(p, budget, n_min, n_max)
+    return [counts, lam, *(sera.allocate(p, budget, n_min, n_max, method=method).counts
+                           for method in ("paper", "exact"))]
+
+
+def _assert_same_bits(first, second):
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(a, b, strict=True)
+
+
+@given(instances(max_extra=120))
+def test_breakpoint_search_probe_by_probe_matches_the_vectorised_one(instance):
+    # Small batches take the vectorised search; with the threshold at 0 the same batch takes the
+    # probe-by-probe search that large batches use, and every number must come out the same.
+    vectorised = _every_result(*instance)
+    with mock.patch.object(Interior, "VECTORISED_UP_TO", 0):
+        probed = _every_result(*instance)
+    _assert_same_bits(vectorised, probed)
+
+
+@pytest.mark.parametrize("n_max", [None, 64])
+def test_large_batches_search_probe_by_probe_with_the_same_result(n_max):
+    rng = np.random.default_rng(7)
+    p = rng.beta(0.6, 1.2, 3 * Interior.VECTORISED_UP_TO)
+    p[:300] = 10.0 ** -rng.uniform(1, 300, 300)
+    p[300:600] = 1 - 10.0 ** -rng.uniform(1, 16, 300)
+    p[600:610] = [0.0, 1.0, 1e-300, 1 - 1e-16, 5e-324, 0.0, 1.0, 0.5, 1e-300, 1 - 1e-16]
+    for budget in (2 * p.size + 1, 16 * p.size, 60 * p.size):
+        probed = _every_result(p, budget, 2, n_max)
+        with mock.patch.object(Interior, "VECTORISED_UP_TO", p.size):
+            vectorised = _every_result(p, budget, 2, n_max)
+        _assert_same_bits(probed, vectorised)
+        upper = _upper(p, budget, 2, n_max)
+        np.testing.assert_array_equal(probed[3], water_fill(p, budget, 2, upper))
