@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM)/.installed
 SCALE := .venv-scale
 SCALE_STAMP := $(SCALE)/.installed
 
-.PHONY: results study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
+.PHONY: results browser-deps study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -51,11 +51,22 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # The suite runs in two workers with one torch thread each (the notebooks' kernels inherit it):
-# on two cores that finishes sooner than one worker with two threads. After it, each extra
-# environment is installed (first use only) just before its own tests, one at a time.
+# on two cores that finishes sooner than one worker with two threads. While it runs, the extra
+# environments and the browser are installed in the background (first use only; mostly disk and
+# network, so the two cores stay with the suite; log in build/envs.log), where the disk has room
+# for all three at once; else each is installed just before its own tests, one at a time. Their
+# tests follow the suite.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist worksteal
+	@mkdir -p build; room=$$(df -Pk . | awk 'NR == 2 { print int($$4 / 1048576) }'); \
+	if [ "$$room" -ge $(ALL_ENVS_GB) ]; then \
+		$(MAKE) --no-print-directory envs browser-deps > build/envs.log 2>&1 & envs=$$!; \
+	else envs=; fi; \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist worksteal; tests=$$?; \
+	built=0; if [ -n "$$envs" ]; then wait $$envs; built=$$?; fi; \
+	if [ $$built -ne 0 ]; then echo "installing the extra environments failed:"; \
+		tail -30 build/envs.log; fi; \
+	[ $$tests -eq 0 ] && [ $$built -eq 0 ]
 	$(MAKE) --no-print-directory test-vision gpu-check-cpu-vision test-vllm test-integrations \
 		gpu-check-cpu-scale test-browser
 
@@ -71,6 +82,7 @@ envs: $(VISION_STAMP) $(VLLM_STAMP) $(SCALE_STAMP)
 VISION_GB := 7
 VLLM_GB := 5
 SCALE_GB := 3
+ALL_ENVS_GB := 17
 EXTRA_ENVS := $(VISION) $(VLLM) $(SCALE)
 
 # $(call make_room,GB,environment)
@@ -90,11 +102,13 @@ endef
 # Notebooks 01-03 and the exercises as a student sees them, and the static site offline:
 # JupyterLab in headless Chromium (Debian's package, installed here on first use), every slider
 # moved and dragged; screenshots in build/browser/.
-test-browser: $(STAMP)
-	command -v chromium >/dev/null || (apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+test-browser: $(STAMP) browser-deps
 	SERA_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -m browser tests/test_browser.py -s \
 		-p no:cacheprovider
+
+browser-deps:
+	command -v chromium >/dev/null || (apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 # The ImageNet path (ImageFolder loader, ResNet-50) needs torchvision, whose wheels are CUDA builds
 # that fail beside the CPU torch: a separate environment with torch 2.14.1 + torchvision 0.29.1
