@@ -58,7 +58,7 @@ lint: $(STAMP)
 # tests follow the suite.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	@mkdir -p build; room=$$(df -Pk . | awk 'NR == 2 { print int($$4 / 1048576) }'); \
+	mkdir -p build; room=$$(df -Pk . | awk 'NR == 2 { print int($$4 / 1048576) }'); \
 	if [ "$$room" -ge $(ALL_ENVS_GB) ]; then \
 		$(MAKE) --no-print-directory envs browser-deps > build/envs.log 2>&1 & envs=$$!; \
 	else envs=; fi; \

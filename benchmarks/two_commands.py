@@ -1,0 +1,104 @@
+"""The README's two commands timed in a fresh clone, as a new user runs them, and where the
+time goes.
+
+Usage: python benchmarks/two_commands.py [--keep] [--targets figures test]
+
+Clones the committed HEAD into a temporary folder, runs `make figures` then `make test` there
+(each sets up .venv/ on first use, so the first command pays for the set-up), and prints each
+command's wall time against its goal (figures 600 s, test 1,200 s on two idle cores), the
+notebooks' own times from `make figures`, the stages of `make test` (the time from one recipe
+line to the next) and the slowest tests. Run it alone: anything else on the two cores is in the
+numbers.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GOALS = {"figures": 600, "test": 1200}
+STAGES = {  # the first words of the recipe lines that open each stage of `make test`
+    "ruff": ".venv/bin/ruff check",
+    "suite (extra environments installing alongside)": "mkdir -p build; room=",
+    "vision environment": "python3 -m venv .venv-vision",
+    "vision tests": "SERA_REQUIRE_VISION=1",
+    "gpu-check resnet": "OMP_NUM_THREADS=2 .venv-vision",
+    "vllm environment": "python3 -m venv .venv-vllm",
+    "vllm tests": "SERA_REQUIRE_VLLM=1",
+    "scale environment": "python3 -m venv .venv-scale",
+    "verl and TRL tests": "SERA_REQUIRE_INTEGRATIONS=1",
+    "gpu-check trl, maze": "OMP_NUM_THREADS=2 .venv-scale",
+    "browser": "SERA_REQUIRE_BROWSER=1",
+}
+
+
+def timed(command: list[str], cwd: Path, log: Path, env: dict) -> tuple[int, float, list]:
+    """Run command, writing its output to log; return its exit status, wall time and the
+    (seconds since start, line) of every output line."""
+    start = time.perf_counter()
+    lines = []
+    with open(log, "w") as out, subprocess.Popen(command, cwd=cwd, env=env, text=True,
+                                                 stdout=subprocess.PIPE,
+                                                 stderr=subprocess.STDOUT) as proc:
+        for line in proc.stdout:
+            out.write(line)
+            lines.append((time.perf_counter() - start, line.rstrip("\n")))
+    return proc.returncode, time.perf_counter() - start, lines
+
+
+def stages(lines, total: float) -> list[tuple[str, float]]:
+    """Seconds from each stage's opening line to the next stage's (or the end)."""
+    starts = []
+    for seconds, line in lines:
+        for name, prefix in STAGES.items():
+            if line.startswith(prefix) and name not in dict(starts):
+                starts.append((name, seconds))
+    starts.sort(key=lambda item: item[1])
+    ends = [s for _, s in starts[1:]] + [total]
+    return [(name, end - begin) for (name, begin), end in zip(starts, ends, strict=True)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--targets", nargs="+", default=["figures", "test"])
+    parser.add_argument("--keep", action="store_true", help="keep the clone")
+    args = parser.parse_args()
+    root = Path(__file__).resolve().parents[1]
+    folder = Path(tempfile.mkdtemp(prefix="two-commands."))
+    subprocess.run(["git", "clone", "-q", str(root), str(folder / "repo")], check=True)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder / "repo",
+                          capture_output=True, text=True).stdout.strip()
+    print(f"fresh clone of {head} in {folder / 'repo'}; {os.cpu_count()} cores")
+    env = {**os.environ, "PYTEST_ADDOPTS": "--durations=15"}
+    failed = False
+    for target in args.targets:
+        status, wall, lines = timed(["make", target], folder / "repo", folder / f"{target}.log",
+                                    env)
+        goal = GOALS.get(target)
+        verdict = "" if goal is None else (" within" if wall <= goal else " OVER") + \
+            f" its goal of {goal} s"
+        print(f"make {target}: {'ok' if status == 0 else 'FAILED'} in {wall:.0f} s{verdict} "
+              f"({folder / f'{target}.log'})")
+        failed |= status != 0
+        if target == "figures":
+            for _, line in lines:
+                if match := re.match(r"(\S+\.ipynb) done in ([\d.]+) s", line):
+                    print(f"    {match.group(1):40s} {float(match.group(2)):7.1f} s")
+        if target == "test":
+            for name, seconds in stages(lines, wall):
+                print(f"    {name:48s} {seconds:7.0f} s")
+            slowest = [line for _, line in lines if re.match(r"\s*[\d.]+s (call|setup)", line)]
+            print("    slowest tests:")
+            for line in slowest[:15]:
+                print(f"      {line.strip()}")
+    if not args.keep:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
