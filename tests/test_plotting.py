@@ -87,6 +87,28 @@ def test_saved_figures_are_byte_identical(tmp_path):
     assert different[0].read_bytes() != first[0].read_bytes()
 
 
+def test_saved_figures_keep_no_clock_or_software_version(tmp_path, monkeypatch):
+    # The same figure saved at two moments, by two versions of matplotlib, in two different
+    # ambient matplotlib settings (a matplotlibrc, a style, a notebook's rcParams): the same
+    # bytes, so that rerunning a notebook changes a tracked figure only when its picture does.
+    import matplotlib as mpl
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    first = splot.savefig(splot.plot_kappa_slider(p=0.1, n=8), "k", tmp_path / "a")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "2000000000")
+    monkeypatch.setattr(mpl, "__version__", "99.0.0")
+    ambient = {"savefig.transparent": True, "savefig.bbox": "tight", "savefig.pad_inches": 0.5,
+               "savefig.facecolor": "0.9", "pdf.compression": 9, "pdf.fonttype": 3}
+    with mpl.rc_context(ambient):
+        second = splot.savefig(splot.plot_kappa_slider(p=0.1, n=8), "k", tmp_path / "b")
+    for x, y in zip(first, second, strict=True):
+        assert x.read_bytes() == y.read_bytes(), x.name
+    info = first[1].read_bytes()
+    for word in (b"CreationDate", b"ModDate", b"Producer", b"Creator", b"atplotlib"):
+        assert word not in info, word
+    assert b"atplotlib" not in first[0].read_bytes()  # no PNG Software chunk
+
+
 def test_a_saved_figure_shows_the_png_it_wrote_until_it_changes(tmp_path):
     fig = splot.plot_kappa_curves()
     drawn = fig._repr_png_()  # unsaved: drawn at the display resolution

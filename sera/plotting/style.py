@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib as mpl
+import matplotlib.style
 import numpy as np
 from matplotlib.collections import PolyCollection
 from matplotlib.container import Container
@@ -97,6 +98,11 @@ RC = {
 
 DEFAULT_FOLDER = Path(os.environ.get("SERA_FIGURES", "figures"))
 
+# What matplotlib writes into a file besides the picture (a date, which SOURCE_DATE_EPOCH only
+# fixes, and its own version) is left out, so that equal figures give equal bytes.
+METADATA = {"png": {"Software": None},
+            "pdf": {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}}
+
 
 class SeraFigure(Figure):
     """A matplotlib Figure that shows itself as an image in any Jupyter front end: it renders
@@ -117,8 +123,7 @@ class SeraFigure(Figure):
         """The figure drawn now as a PNG at DISPLAY_DPI."""
         buffer = io.BytesIO()
         with mpl.rc_context(RC):
-            self.savefig(buffer, format="png", dpi=self.DISPLAY_DPI,
-                         metadata={"Software": None})
+            self.savefig(buffer, format="png", dpi=self.DISPLAY_DPI, metadata=METADATA["png"])
         return buffer.getvalue()
 
 
@@ -298,20 +303,22 @@ def looks(artist) -> tuple:
 def savefig(fig, name: str, folder: str | os.PathLike | None = None) -> list[Path]:
     """Write fig as name.png and name.pdf into folder (default: $SERA_FIGURES or ./figures).
 
-    Dates and software versions are left out of the files, so the same figure gives the same
-    bytes on every run and a diff shows only real changes. Returns the written paths.
+    The same figure gives the same bytes on every run, so a rerun notebook changes a tracked
+    figure only when its picture changes: dates and software versions are left out of the files
+    (METADATA), and they are written with matplotlib's defaults plus RC whatever matplotlibrc,
+    style or notebook settings are in force (a user's savefig.bbox, transparency or PDF
+    compression would change the files). Returns the written paths.
     """
     if not name or any(c in name for c in "/\\. "):
         raise ValueError(f"name must be a plain file stem like 'kappa_curves', got {name!r}")
     folder = Path(folder) if folder is not None else DEFAULT_FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{name}.png", folder / f"{name}.pdf"]
-    with mpl.rc_context(RC):
+    with mpl.style.context("default"), mpl.rc_context(RC):
         png = io.BytesIO()
-        fig.savefig(png, format="png", metadata={"Software": None})
+        fig.savefig(png, format="png", metadata=METADATA["png"])
         paths[0].write_bytes(png.getvalue())
-        fig.savefig(paths[1], metadata={"Creator": None, "Producer": None,
-                                        "CreationDate": None, "ModDate": None})
+        fig.savefig(paths[1], format="pdf", metadata=METADATA["pdf"])
     if isinstance(fig, SeraFigure):
         # Shown as saved until an artist changes: any change marks the figure stale again.
         fig.saved_png, fig.stale = png.getvalue(), False
