@@ -13,8 +13,9 @@ from 10^5 prompts up, and a cost per prompt in Python (1 ms at 10^3 prompts) sti
 Part 2: the observability safeguard (u_min = 0.5) against the same call without it, for
 the largest size and a tenth of it (limit 25x at 10^5). Part 3: the allocators SERA is compared
 with, at a tenth of the largest size, beside SERA's (aim: well under a second). Part 4: the
-water level's breakpoint search vectorised against probe by probe, around the size where the
-allocator switches (Interior.VECTORISED_UP_TO) and at the largest size. Best-of-repeats
+water level's two choices by size, around the sizes where the allocator switches and at the
+largest size: the breakpoint search vectorised or probe by probe (Interior.VECTORISED_UP_TO),
+and the level from a sort or by selection (waterfill.SELECT_FROM). Best-of-repeats
 times, the calls interleaved so that machine drift hits them alike; below 2*10^4 prompts each
 time is the mean of enough calls to take a few milliseconds. Each line ends with "ok" or
 "OVER LIMIT".
@@ -23,12 +24,12 @@ time is the mean of enough calls to take a few milliseconds. Each line ends with
 import argparse
 import time
 from functools import partial
-from unittest import mock
 
 import numpy as np
 
 import sera
-from sera.waterfill import Interior, hazard
+from sera import waterfill
+from sera.waterfill import Interior, hazard, select_level
 
 
 def best_times(calls, repeats, number=1):
@@ -114,22 +115,41 @@ def baselines(size, n0, repeats, rng):
           "  ".join(f"{m} {t * 1e3:.1f} ms" for m, t in best.items()))
 
 
-def breakpoint_search(sizes, n0, repeats, rng):
-    """The two ways of Interior's breakpoint search: S at every breakpoint in one vectorised
-    call, or at the probed breakpoints one by one (Interior.VECTORISED_UP_TO picks by size)."""
-    print(f"breakpoint search (Interior._first_reaching, budget {n0}B, n_max 64): vectorised "
-          f"against probe by probe; the allocator vectorises up to "
-          f"{Interior.VECTORISED_UP_TO:,} breakpoints")
-    for size in sizes:
-        interior = Interior(np.sort(hazard(rng.beta(0.6, 1.2, size))), 2, 64)
-        times = {}
+def _by_sort(h, levels):
+    interior = Interior(np.sort(h), 2, 64)
+    return [interior.level(target) for target in levels]
+
+
+def _by_selection(h, levels):
+    return [select_level(h, 2, 64, target) for target in levels]
+
+
+def level_paths(n0, repeats, largest, rng):
+    """The water level's two choices by size: Interior's breakpoint search vectorised or probe
+    by probe (Interior.VECTORISED_UP_TO), and the level from a sort or by selection
+    (waterfill.SELECT_FROM), for one level (paper) and two (exact)."""
+    print(f"breakpoint search (Interior._first_reaching, budget {n0}B, n_max 64), vectorised up "
+          f"to {Interior.VECTORISED_UP_TO:,} breakpoints")
+    for size in (300, 1_000, 2_000, 3_000, 10_000, largest):
+        ordered = np.sort(hazard(rng.beta(0.6, 1.2, size)))
+        calls = {}
         for name, threshold in (("vectorised", size), ("probed", 0)):
-            with mock.patch.object(Interior, "VECTORISED_UP_TO", threshold):
-                times[name] = best_times({name: partial(interior._first_reaching, 1, n0 * size)},
-                                         repeats, max(1, 20_000 // size))[name]
-        print(f"  B={size:>9,}  vectorised {_time(times['vectorised'])}  probed "
-              f"{_time(times['probed'])}  faster: "
-              f"{min(times, key=times.get)}")
+            interior = Interior(ordered, 2, 64)
+            interior.VECTORISED_UP_TO = threshold
+            calls[name] = partial(interior._first_reaching, 1, n0 * size)
+        best = best_times(calls, repeats, max(1, 20_000 // size))
+        print(f"  B={size:>9,}  " + "  ".join(f"{name} {_time(t)}" for name, t in best.items())
+              + f"  faster: {min(best, key=best.get)}")
+    print(f"water level (budget {n0}B, n_max 64; one level, and the two of the exact rounding) "
+          f"from a sort or by selection, selection from {waterfill.SELECT_FROM:,} prompts")
+    for size in sorted({10_000, 30_000, waterfill.SELECT_FROM, 100_000, largest}):
+        h, budget = hazard(rng.beta(0.6, 1.2, size)), n0 * size
+
+        calls = {f"{name} {len(levels)}": partial(fn, h, levels) for levels in
+                 ((budget,), (budget, budget - size))
+                 for name, fn in (("sort", _by_sort), ("selection", _by_selection))}
+        best = best_times(calls, repeats, max(1, 20_000 // size))
+        print(f"  B={size:>9,}  " + "  ".join(f"{name} {_time(t)}" for name, t in best.items()))
 
 
 def main():
@@ -145,7 +165,7 @@ def main():
     largest = max(args.sizes)
     safeguard((largest // 10, largest), 8, max(3, args.repeats // 3), rng)
     baselines(largest // 10, args.n0, max(3, args.repeats // 3), rng)
-    breakpoint_search((300, 1_000, 2_000, 3_000, 10_000, largest), args.n0, args.repeats, rng)
+    level_paths(args.n0, args.repeats, largest, rng)
 
 
 if __name__ == "__main__":

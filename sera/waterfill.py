@@ -1,17 +1,18 @@
 """The water level and its integer roundings: the numerical core behind sera.allocate.
 
-The continuous waterline is solved from one sort of the hazards h = -log(1-p); the paper's
-rounding and the exact integer max-min both run in O(B) after it. The sum that fixes the level is
-taken directly over the prompts it concerns (never as a difference of running totals that include
-a huge 1/h), so a batch may mix p = 1e-300 with p = 1 - 1e-16. Derivations:
-notebooks/02_waterline_allocation.ipynb; the readable specification of both roundings is kept in
-tests/test_allocation.py.
+The continuous waterline is solved from the hazards h = -log(1-p), by one sort or, for large
+batches, by selection in expected linear time; the paper's rounding and the exact integer max-min
+both run in O(B) after it. The sum that fixes the level is taken directly over the prompts it
+concerns (never as a difference of running totals that include a huge 1/h), so a batch may mix
+p = 1e-300 with p = 1 - 1e-16. Derivations: notebooks/02_waterline_allocation.ipynb; the readable
+specification of both roundings is kept in tests/test_allocation.py.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -103,6 +104,105 @@ class Interior:
         return float(min(max(lam, start), end))
 
 
+# From this many interior prompts on the level is found by selection: one level costs as much as
+# by a sort at about 3*10^4 prompts, the exact rounding's two at about 8*10^4, and at 10^6 a sort
+# takes 60 ms against 11 (benchmarks/allocation_speed.py, part 4).
+SELECT_FROM = 2**16
+SAMPLE = 4096  # prompts sampled per round; once no more are left, they are sorted
+_ROUNDS = 16  # then the rest is sorted whatever its size: no worse than a sort of everything
+_SPREAD = 4.0  # standard errors of the sample's estimate of S between the level and each pivot
+
+
+def _clipped_sum(inv: np.ndarray, lam: float, lo: int, hi: int, out: np.ndarray) -> float:
+    """sum clip(1 + lam/h, lo, hi) from inv = 1/h, in out's memory (no new 8 MB per call)."""
+    with np.errstate(over="ignore"):
+        np.multiply(inv, lam, out=out)
+    np.add(out, 1.0, out=out)
+    return float(np.clip(out, lo, hi, out=out).sum())
+
+
+def _pivots(sample, scale, fixed, slope, low, high, target, lo, hi):
+    """Two breakpoints of the sampled prompts inside (low, high) expected to bracket the level:
+    S estimated from the sample (times scale), _SPREAD standard errors below and above target."""
+    cand = np.concatenate([(lo - 1) * sample, (hi - 1) * sample])
+    cand = np.unique(cand[(cand > low) & (cand < high)])
+    estimate = fixed + cand * slope + scale * Interior(sample, lo, hi).total(cand)
+    near = cand[min(int(np.searchsorted(estimate, target)), cand.size - 1)]
+    with np.errstate(over="ignore"):
+        spread = np.clip(near / sample + 1.0, lo, hi).std()
+    error = _SPREAD * scale * math.sqrt(sample.size) * spread + 1.0
+    first = max(int(np.searchsorted(estimate, target - error)) - 1, 0)
+    return cand[first], cand[min(int(np.searchsorted(estimate, target + error)), cand.size - 1)]
+
+
+def select_level(h: np.ndarray, lo: int, hi: int, target: int) -> float:
+    """The smallest lam with S(lam) = target, as Interior.level, from hazards 0 < h < inf in any
+    order and in expected linear time, the way the O(n) projections onto the simplex find their
+    threshold without a sort.
+
+    Each round brackets the level between two breakpoints chosen from a strided sample of the
+    prompts left, checks the bracket with S summed exactly, and settles every prompt with no
+    breakpoint inside it: at lo, at hi, or unclipped throughout (their sum of 1/h kept, summed
+    directly). Every prompt left has a breakpoint inside the bracket; once at most SAMPLE are
+    left they are sorted and the segment holding the target is solved in closed form.
+
+    Parameters
+    ----------
+    h : ndarray of float
+        Hazards of the interior prompts, 0 < h < inf, in any order (scaled as `solve` does).
+    lo, hi : int
+        Bounds of every prompt's count.
+    target : int
+        The interior's budget.
+    """
+    m_lo, m_hi = lo - 1, hi - 1
+    if target <= h.size * lo:
+        return float(m_lo * h.min())
+    if target >= h.size * hi:
+        return float(m_hi * h.max())
+    n_hi = n_lo = n_free = 0  # settled prompts: at hi, at lo, unclipped
+    slope = 0.0  # sum of 1/h over the settled unclipped prompts
+    low, high = 0.0, math.inf  # S(low) < target <= S(high)
+    work = np.empty((4, h.size)) if h.size > SAMPLE else None
+    for _ in range(_ROUNDS):
+        if h.size <= SAMPLE:
+            break
+        inv, a, b, scratch = (row[: h.size] for row in work)
+        np.divide(1.0, h, out=inv)
+        fixed = n_hi * hi + n_lo * lo + n_free
+        sample = np.sort(h[:: h.size // SAMPLE])
+        t1, t2 = _pivots(sample, h.size / sample.size, fixed, slope, low, high, target, lo, hi)
+        if fixed + t1 * slope + _clipped_sum(inv, t1, lo, hi, scratch) >= target:
+            high = t1
+        elif t2 == t1 or fixed + t2 * slope + _clipped_sum(inv, t2, lo, hi, scratch) < target:
+            low = t2
+        else:
+            low, high = t1, t2
+        np.multiply(h, m_lo, out=a)
+        np.multiply(h, m_hi, out=b)
+        at_hi, at_lo, free = b <= low, a >= high, (a <= low) & (b >= high)
+        n_hi += int(np.count_nonzero(at_hi))
+        n_lo += int(np.count_nonzero(at_lo))
+        n_free += int(np.count_nonzero(free))
+        slope += float(np.multiply(inv, free, out=scratch).sum())
+        h = h[~(at_hi | at_lo | free)]
+    # The prompts left, sorted: S at each of their breakpoints inside (low, high), then the
+    # segment holding the target, as in Interior.level.
+    h = np.sort(h)
+    a, b = m_lo * h, m_hi * h
+    cand = np.unique(np.concatenate([a[(a > low) & (a < high)], b[(b > low) & (b < high)]]))
+    totals = n_hi * hi + n_lo * lo + n_free + cand * slope + Interior(h, lo, hi).total(cand)
+    k = int(np.searchsorted(totals, target))  # the first breakpoint with S >= target
+    start = cand[k - 1] if k else low
+    end = cand[k] if k < cand.size else high
+    free = (a <= start) & (b >= end)
+    fixed = ((n_hi + int(np.count_nonzero(b <= start))) * hi + n_free + int(np.count_nonzero(free))
+             + (n_lo + int(np.count_nonzero(a >= end))) * lo)
+    free = slope + float(np.sum(1.0 / h[free]))
+    lam = (target - fixed) / free if free > 0 else start
+    return float(min(max(lam, start), end))
+
+
 @dataclass(frozen=True)
 class Solution:
     """The continuous waterline of one batch, in the batch's order."""
@@ -125,7 +225,8 @@ class Solution:
 
 def solve(h: np.ndarray, budget: int, lo: int, hi: int, bracket: bool = False) -> Solution:
     """The continuous waterline, in three phases: p = 0 prompts fill first (lam = 0), then the
-    interior rises with lam, then p = 1 prompts (lam = inf).
+    interior rises with lam, then p = 1 prompts (lam = inf). The interior's level comes from a
+    sort of its hazards (Interior), or from SELECT_FROM prompts on by selection (select_level).
 
     Parameters
     ----------
@@ -138,15 +239,15 @@ def solve(h: np.ndarray, budget: int, lo: int, hi: int, bracket: bool = False) -
     bracket : bool
         Also solve the level at len(interior) fewer rollouts, which `round_exact` needs.
     """
-    ordered = np.sort(h)  # p = 0 (h = 0) first, p = 1 last
-    n_zero = int(np.searchsorted(ordered, 0.0, "right"))
-    n_one = h.size - int(np.searchsorted(ordered, np.inf, "left"))
+    n_zero = int(np.count_nonzero(h == 0))
+    n_one = int(np.count_nonzero(h == np.inf))
     n_inner = h.size - n_zero - n_one
-    shift = 0
-    if n_inner and ordered[n_zero] < n_inner * _HEADROOM:
-        shift = -int(np.frexp(ordered[n_zero])[1]) - 900  # h_min * 2**shift is about 2**-900
-        h = h * 2.0**shift
-        ordered *= 2.0**shift
+    inner = h if n_inner == h.size else h[(h > 0) & (h < np.inf)]
+    shift, h_min = 0, inner.min(initial=np.inf)
+    if n_inner and h_min < n_inner * _HEADROOM:
+        shift = -int(np.frexp(h_min)[1]) - 900  # h_min * 2**shift is about 2**-900
+        h, h_min = h * 2.0**shift, h_min * 2.0**shift
+        inner = h if n_inner == h.size else inner * 2.0**shift
     inner_budget = budget - n_zero * hi - n_one * lo
 
     def done(counts, lam, interior=False, t_low=math.nan):
@@ -157,16 +258,19 @@ def solve(h: np.ndarray, budget: int, lo: int, hi: int, bracket: bool = False) -
         return done(np.where(h == 0, lo + extra / n_zero, float(lo)), 0.0)
     if n_inner and inner_budget <= n_inner * lo:
         # Everything at lo: report the lowest fidelity, the right end of S's flat start.
-        return done(np.where(h == 0, float(hi), float(lo)), (lo - 1) * ordered[n_zero])
+        return done(np.where(h == 0, float(hi), float(lo)), (lo - 1) * h_min)
     if n_inner == 0 or inner_budget >= n_inner * hi:
         if n_one and inner_budget > n_inner * hi:
             share = lo + (inner_budget - n_inner * hi) / n_one
             return done(np.where(h == np.inf, share, float(hi)), math.inf)
-        h_max = ordered[n_zero + n_inner - 1] if n_inner else 0.0
+        h_max = inner.max() if n_inner else 0.0
         return done(np.where(h == np.inf, float(lo), float(hi)), (hi - 1) * h_max)
-    interior = Interior(ordered[n_zero:n_zero + n_inner], lo, hi)
-    lam = interior.level(inner_budget)
-    t_low = interior.level(inner_budget - n_inner) if bracket else math.nan
+    if n_inner < SELECT_FROM:
+        level = Interior(np.sort(inner), lo, hi).level
+    else:
+        level = partial(select_level, inner, lo, hi)
+    lam = level(inner_budget)
+    t_low = level(inner_budget - n_inner) if bracket else math.nan
     # With 0 < lam < inf one formula covers every prompt: lam / 0 = inf puts p = 0 at hi and
     # lam / inf = 0 puts p = 1 at lo.
     with np.errstate(divide="ignore", over="ignore"):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scipy.optimize import brentq
 
 import sera
+from sera import waterfill
 from sera.fidelity import kappa
 from sera.waterfill import Interior
 
@@ -372,3 +373,65 @@ def test_large_batches_search_probe_by_probe_with_the_same_result(n_max):
         _assert_same_bits(probed, vectorised)
         upper = _upper(p, budget, 2, n_max)
         np.testing.assert_array_equal(probed[3], water_fill(p, budget, 2, upper))
+
+
+def _selection(sample=4, rounds=16):
+    """Every batch's level found by selection, with `sample` prompts sampled per round."""
+    return mock.patch.multiple(waterfill, SELECT_FROM=1, SAMPLE=sample, _ROUNDS=rounds)
+
+
+def _assert_same_allocations(selected, sorted_):
+    # The level may differ in its last digits (the same sums in another order); every integer
+    # count must be the same.
+    (counts, lam, paper, exact), (counts_ref, lam_ref, paper_ref, exact_ref) = selected, sorted_
+    assert lam == lam_ref or abs(lam - lam_ref) <= 1e-14 * lam_ref, (lam, lam_ref)
+    np.testing.assert_allclose(counts, counts_ref, rtol=1e-13)
+    np.testing.assert_array_equal(paper, paper_ref)
+    np.testing.assert_array_equal(exact, exact_ref)
+
+
+@given(instances(max_prompts=100, max_extra=200), st.sampled_from([1, 2, 8]),
+       st.sampled_from([0, 1, 16]))
+def test_level_by_selection_matches_the_sorted_level(instance, sample, rounds):
+    p, budget, n_min, n_max = instance
+    with _selection(sample, rounds):
+        selected = _every_result(*instance)
+    _assert_same_allocations(selected, _every_result(*instance))
+    upper = _upper(p, budget, n_min, n_max)
+    np.testing.assert_array_equal(selected[3], water_fill(p, budget, n_min, upper))
+
+
+@given(instances(probs=interior_prob, max_prompts=100))
+def test_level_by_selection_matches_a_root_finder(instance):
+    p, budget, n_min, n_max = instance
+    with _selection():
+        counts = sera.waterline(p, budget, n_min, n_max).counts
+    upper = _upper(p, budget, n_min, n_max)
+    np.testing.assert_allclose(counts, root_counts(p, budget, n_min, upper), rtol=0,
+                               atol=1e-9 * upper)
+
+
+def _wide_batch(size, rng, grid=None):
+    p = rng.beta(0.6, 1.2, size)
+    pick = rng.random(size)
+    p[pick < 0.3] = 1 - 10.0 ** -rng.uniform(1, 16, int((pick < 0.3).sum()))
+    p[pick > 0.9] = 10.0 ** -rng.uniform(1, 300, int((pick > 0.9).sum()))
+    if grid:
+        p = np.round(p * grid) / grid  # estimates k / grid: many equal breakpoints
+    p[:10] = [0.0, 1.0, 1e-300, 1 - 1e-16, 5e-324, 0.0, 1.0, 0.5, 1e-300, 1 - 1e-16]
+    return rng.permutation(p)
+
+
+@pytest.mark.parametrize("n_max", [None, 3, 64])
+@pytest.mark.parametrize("grid", [None, 8])
+def test_large_batches_select_the_level_the_sort_finds(n_max, grid):
+    # Above SELECT_FROM with the default sample: p = 0, 1, 1e-300 and 1 - 1e-16 in one batch,
+    # budgets from the lowest to the highest the bounds allow.
+    rng = np.random.default_rng(11)
+    p = _wide_batch(waterfill.SELECT_FROM + 5_000, rng, grid)
+    high = p.size * (n_max or 100)
+    for budget in (2 * p.size, 2 * p.size + 1, 3 * p.size - 7, 16 * p.size, high - 1, high):
+        budget = min(budget, high)
+        selected = _every_result(p, budget, 2, n_max)
+        with mock.patch.object(waterfill, "SELECT_FROM", p.size + 1):
+            _assert_same_allocations(selected, _every_result(p, budget, 2, n_max))
