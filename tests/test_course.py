@@ -361,3 +361,14 @@ def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_
         "unnamed": {"check-kappa": 0.0, "check-centered_advantages": 2.0}}
     graded = (course / "autograded" / "uncentered" / "ex1" / path.name).read_text()
     assert "uncentered estimator's fidelity" in graded  # the hint, in the graded output
+    # A rebuild of the release (make course) over the collected course keeps every grade and
+    # every collected and graded file.
+    kept = sorted(p.relative_to(course) for p in course.rglob("*")
+                  if p.parts[len(course.parts)] in ("submitted", "autograded"))
+    release.generate_assignments({"ex1": [path]}, course)
+    assert sorted(p.relative_to(course) for p in course.rglob("*")
+                  if p.parts[len(course.parts)] in ("submitted", "autograded")) == kept
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        again = {s: {g.name: g.score for nb in gradebook.find_submission("ex1", s).notebooks
+                     for g in nb.grades if g.name.startswith("check-")} for s in submissions}
+    assert again == scores

@@ -73,14 +73,17 @@ def generate_assignments(folders: dict[str, list[Path]], course: Path) -> dict[P
     """nbgrader's student copies: each assignment's notebooks through `nbgrader
     generate_assignment` in the course directory `course` (its gradebook included), which removes
     solutions and hidden tests, marks locked cells read-only and records the checksums autograde
-    compares. Returns source notebook -> released notebook."""
-    if course.exists():
-        shutil.rmtree(course)
-    course.mkdir(parents=True)
+    compares. Returns source notebook -> released notebook.
+
+    A rebuild replaces only each assignment's source/ and release/ folders: what the course
+    collected and graded (submitted/, autograded/, feedback/, gradebook.db) stays as it is."""
+    course.mkdir(parents=True, exist_ok=True)
     (course / "nbgrader_config.py").write_text(
         f"c = get_config()\nc.CourseDirectory.root = {str(course.resolve())!r}\n")
     released = {}
     for assignment, paths in folders.items():
+        for kind in ("source", "release"):
+            shutil.rmtree(course / kind / assignment, ignore_errors=True)
         (course / "source" / assignment).mkdir(parents=True)
         for path in paths:
             shutil.copy(path, course / "source" / assignment / path.name)
