@@ -3,7 +3,7 @@
 Each rule is a function (p, budget, n_min, n_max, n0) -> integer counts with sum M = budget and
 n_min <= N_q <= n_max, like SERA's waterline; `RULES` maps its name to it and
 sera.allocate(method=NAME) reads the table, so a new one-shot allocator is one function and one
-entry. Rules and sources are in shared/ALLOCATORS.md; notebooks/06_allocators_compared.ipynb
+entry. Rules and sources are in docs/baselines.md; notebooks/06_allocators_compared.ipynb
 draws them on one batch.
 
 - `knapsack` (Knapsack RL, as its `sampling_budget_by_knapsack` allocates with its defaults):

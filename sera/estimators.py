@@ -136,7 +136,7 @@ def rl2ml_advantages(rewards, groups=None, alpha: float = 1.0, *, sizes=None):
     alpha = 0 is r - mean (Dr. GRPO up to (N-1)/N), alpha = 1 is centered MaxRL exactly; the
     per-prompt estimator (1/N) sum_i A_i grad log pi(y_i) has expectation
     rl2ml_weight(p, N, alpha) grad p. From the RL2ML abstract (arXiv 2605.30154): a
-    reconstruction, see shared/ALLOCATORS.md; compared in notebooks/06_allocators_compared.ipynb.
+    reconstruction, see docs/baselines.md; compared in notebooks/06_allocators_compared.ipynb.
     """
     alpha = _checks.real(alpha, "alpha", -np.inf, np.inf)
     rewards, inverse, n_groups, xp = _grouping(rewards, groups, sizes)

@@ -9,7 +9,7 @@ success probabilities where a task knows them. The package's own variants carry 
 `sera-rate` plans from the rate rule (each epoch's success rate counted as 16 trials) with the
 selection off, as every SERA run stored before the paper's method was separated from it did, and
 `sera-rate-safeguard` adds a strong selection (u_min 0.3). The rules SERA is
-compared with (shared/ALLOCATORS.md) come with their own estimator and weighting, and where it
+compared with (docs/baselines.md) come with their own estimator and weighting, and where it
 separates the allocation rule from the estimator also as `<rule>-maxrl` (MaxRL advantages with
 the multiplicity weights n0 / N_q). Names ending in `-reconstruction` are reconstructions from
 an abstract.

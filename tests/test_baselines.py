@@ -18,10 +18,16 @@ wide = st.one_of(st.floats(-17, -1).map(lambda e: 10.0**e),
 
 
 @pytest.mark.parametrize("method, expected", [
+    ("exact", [31, 13, 7, 4, 3, 2, 2, 2]),
+    ("paper", [32, 14, 7, 3, 2, 2, 2, 2]),
+    ("knapsack", [2, 7, 16, 13, 9, 7, 7, 3]),
     ("gvm", [13, 13, 11, 8, 6, 5, 4, 4]),
+    ("dars-hw", [32, 14, 7, 3, 2, 2, 2, 2]),
+    ("dars-et", [31, 13, 7, 4, 3, 2, 2, 2]),
 ])
 def test_the_reference_batch(method, expected):
-    # The same batch under each rule, from shared/ALLOCATORS.md (B = 8, M = 64, 2 <= N <= 32).
+    # The same batch under each rule, as docs/baselines.md shows it (B = 8, M = 64,
+    # 2 <= N <= 32).
     np.testing.assert_array_equal(sera.allocate(BATCH, 64, 2, 32, method=method).counts, expected)
 
 
@@ -62,7 +68,7 @@ def test_gvm_follows_its_authors_script(p, budget, expected):
 def test_dars_top_ups_follow_the_schedules():
     from sera.trainers.protocols import dars_extra
 
-    # shared/ALLOCATORS.md's batch: DARS-ET with N0 = 8, N_max 32 gives 133 rollouts in all
+    # docs/baselines.md's batch: DARS-ET with N0 = 8, N_max 32 gives 133 rollouts in all
     totals = 8 + dars_extra(BATCH, 8, 32, "et")
     np.testing.assert_array_equal(totals, [32, 32, 23, 13, 9, 8, 8, 8])
     assert totals.sum() == 133

@@ -4,7 +4,7 @@ the rewards as they arrive (DAPO's dynamic sampling, DARS's two stages, a SARA-s
 A protocol takes the step's batch and returns an Outcome: the prompts that enter the update with
 their counts, successes and weights, and every rollout it generated, used or not. It samples
 through study.sample(run, ids, counts), which keeps the rollouts for the update; sequential
-protocols may draw more prompts from the run (run.draw). Rules and sources: shared/ALLOCATORS.md.
+protocols may draw more prompts from the run (run.draw). Rules and sources: docs/baselines.md.
 Two caveats hold for every sequential rule: counts that depend on rewards reused in the same
 update make the per-group estimator biased for a fixed objective, and under centered MaxRL
 all-0 and all-1 groups already have zero advantage, so filtering them changes only the number of
