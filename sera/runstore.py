@@ -31,9 +31,34 @@ import pandas as pd
 
 from sera.tables import TABLES
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA_DIR = ROOT / "data"
-"""The repository's shipped data (the paper's reference numbers, the stored studies)."""
+HOME_VARIABLE = "SERA_HOME"
+SHIPPED = Path(__file__).resolve().parent / "_data"
+"""The data shipped with the package: the paper's reference numbers, the difficulty profiles and
+the stored studies (in a checkout, a link to its data/ folder; in a wheel, a copy)."""
+
+
+def _checkout() -> Path | None:
+    """The source checkout this package is imported from, or None (an installed wheel)."""
+    root = Path(__file__).resolve().parents[1]
+    project = root / "pyproject.toml"
+    if project.is_file() and 'name = "sera"' in project.read_text():
+        return root
+    return None
+
+
+def _home() -> Path:
+    """$SERA_HOME when set; else the checkout the package is imported from; else the current
+    directory."""
+    if os.environ.get(HOME_VARIABLE):
+        return Path(os.environ[HOME_VARIABLE]).expanduser().resolve()
+    return _checkout() or Path.cwd()
+
+
+ROOT = _home()
+"""The folder whose data/ and build/ the package reads and writes (see `_home`)."""
+DATA_DIR = ROOT / "data" if (ROOT / "data").is_dir() else SHIPPED
+"""The stored data: ROOT's data/ folder where there is one, else the copy shipped with the
+package."""
 STUDY_DIR = DATA_DIR / "study"
 """Where the studies' stored runs live (one folder per confirmation point or sweep)."""
 RUNS_ROOT = ROOT / "build" / "runs"
@@ -182,6 +207,9 @@ def store_runs(folders, out, summary: dict, tables=TABLES, metrics=None,
     if not folders:
         return 0
     out = Path(out)
+    if _checkout() is None and out.resolve().is_relative_to(SHIPPED):
+        raise ValueError(f"{out} is inside the installed package's shipped data; set "
+                         f"{HOME_VARIABLE} to a folder with a data/study/ of its own to store runs")
     for name in tables:
         parts = []
         for folder in folders:

@@ -85,7 +85,7 @@ def test_against_default_pairs_runs():
 
 
 def test_the_stored_table_recomputes_from_the_stored_runs():
-    stored = pd.read_csv(runstore.STUDY_DIR / "discount" / "brier.csv")
+    stored = pd.read_csv(runstore.DATA_DIR / "discount" / "brier.csv")
     name = "math-n0-4-320-avx2"
     again = discount.study([name])
     mine = stored[stored["point"] == name].reset_index(drop=True)

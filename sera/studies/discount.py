@@ -9,7 +9,7 @@ setting replays the same recorded outcomes (`sera.SuccessHistory`, folded at the
 boundaries), and a setting's gain over the package's default is paired by run, with a Student-t
 interval over runs:
 
-    python -m sera.studies.discount            # the stored long points: data/study/discount/
+    python -m sera.studies.discount            # the stored long points: data/discount/
     python -m sera.studies.discount --digits 6 # and digits runs trained here (exact p known)
 
 On digits, where the exact p of every prompt is known, the ranking by Brier score is checked
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     parser.add_argument("points", nargs="*", default=list(POINTS))
     parser.add_argument("--digits", type=int, default=0,
                         help="also train this many seeds of MaxRL and sera on digits")
-    parser.add_argument("--out", default=str(runstore.STUDY_DIR / "discount"),
+    parser.add_argument("--out", default=str(runstore.DATA_DIR / "discount"),
                         help="folder of the per-run tables ('' writes nothing)")
     args = parser.parse_args(argv)
     table = study(args.points)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sera import runstore
 
-PROFILES_FILE = Path(__file__).resolve().parents[2] / "data" / "difficulty_profiles.csv"
+PROFILES_FILE = runstore.DATA_DIR / "difficulty_profiles.csv"
 
 
 def load_profiles(path=PROFILES_FILE) -> dict[str, np.ndarray]:
