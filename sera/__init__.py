@@ -19,6 +19,7 @@ from sera.estimators import (
 )
 from sera.fidelity import kappa, log_success_series, mixed_probability, rollouts_for_fidelity
 from sera.history import SuccessHistory
+from sera.methods import method_plan
 from sera.passk import paired_bootstrap, pass_at_k, pass_at_k_analytic
 
 __version__ = "0.1.0"
@@ -34,6 +35,7 @@ __all__ = [
     "kappa",
     "log_success_series",
     "maxrl_advantages",
+    "method_plan",
     "mixed_probability",
     "multiplicity_weights",
     "paired_bootstrap",

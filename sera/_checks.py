@@ -96,3 +96,14 @@ def real(value, name: str, low: float, high: float, low_open: bool = False) -> f
         bracket = "(" if low_open else "["
         raise ValueError(f"{name} must lie in {bracket}{low}, {high}], got {value!r}")
     return value
+
+
+def registry(entries, what: str) -> dict:
+    """name -> entry from (name, entry) pairs, in order; a name given twice is refused, so that
+    a table never keeps the last of two entries without a word."""
+    table: dict = {}
+    for name, entry in entries:
+        if name in table:
+            raise ValueError(f"{what} {name!r} is registered twice")
+        table[name] = entry
+    return table

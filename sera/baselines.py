@@ -22,6 +22,7 @@ from functools import partial
 
 import numpy as np
 
+from sera import _checks
 from sera.counts import even_split, from_counts
 
 KNAPSACK_ALPHA = 0.9
@@ -289,10 +290,10 @@ def dars(p, budget: int, n_min: int, n_max: int, n0: float, schedule: str) -> np
     return proportional(weights, budget, n_min, n_max)[0]
 
 
-RULES = {
-    "knapsack": knapsack,
-    "gvm": gvm,
-    "dars-hw": partial(dars, schedule="hw"),
-    "dars-et": partial(dars, schedule="et"),
-}
+RULES = _checks.registry([
+    ("knapsack", knapsack),
+    ("gvm", gvm),
+    ("dars-hw", partial(dars, schedule="hw")),
+    ("dars-et", partial(dars, schedule="et")),
+], "allocation rule")
 """The one-shot rules SERA is compared with: name -> (p, budget, n_min, n_max, n0) -> counts."""
