@@ -69,6 +69,14 @@ CHECKPOINT = "checkpoint.pt"
 SUMMARY = "provenance.json"
 
 
+def table_file(name: str) -> str:
+    """The file of a run folder's table `name` (metrics, final, allocations)."""
+    return f"{name}.csv"
+
+
+FINAL = table_file("final")
+
+
 @contextlib.contextmanager
 def atomic(path):
     """`with atomic(path) as scratch:` write to scratch, a new file beside path; when the block
@@ -140,7 +148,7 @@ def finish(folder, final: pd.DataFrame, record: dict) -> None:
     """The run is done: its final table, then the record that says so (last, so a folder counts
     as finished only once everything is in it)."""
     folder = Path(folder)
-    write_csv(final, folder / "final.csv")
+    write_csv(final, folder / FINAL)
     with (folder / PROVENANCE).open("a") as log:
         log.write(json.dumps({**record, "finished": True}) + "\n")
 
@@ -154,11 +162,11 @@ def records(folder) -> list[dict]:
 def finished(folder) -> bool:
     """Whether the run in folder finished (its final table and the finish record)."""
     folder = Path(folder)
-    return (folder / "final.csv").exists() and any(r.get("finished") for r in records(folder))
+    return (folder / FINAL).exists() and any(r.get("finished") for r in records(folder))
 
 
 def read_table(folder, name: str) -> pd.DataFrame | None:
-    path = Path(folder) / f"{name}.csv"
+    path = Path(folder) / table_file(name)
     return pd.read_csv(path) if path.exists() else None
 
 
@@ -168,7 +176,7 @@ def write_finished(folder, tables: dict[str, pd.DataFrame], config: dict,
     folder = Path(folder)
     for name, table in tables.items():
         if len(table):
-            write_csv(table, folder / f"{name}.csv")
+            write_csv(table, folder / table_file(name))
     write_json(folder / CONFIG, config, indent=2)
     # last: a folder counts as finished once its provenance says so
     write_text(folder / PROVENANCE, "".join(json.dumps(r) + "\n" for r in provenance))

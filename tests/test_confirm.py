@@ -13,7 +13,7 @@ import pytest
 from sera import runstore
 from sera.models import load_decoder
 from sera.studies import confirm
-from sera.trainers import checkpoint, maze
+from sera.trainers import checkpoint, grid, maze
 
 
 def test_seeds_needed_follows_the_power_calculation():
@@ -90,7 +90,7 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
     shutil.rmtree(tmp_path / "runs" / "tiny" / "maxrl_n0-4_token-mean_seed-1")
     shutil.rmtree(tmp_path / "runs" / "tiny" / "sera-rate_n0-4_token-mean_seed-0")
     shutil.rmtree(tmp_path / "runs" / "tiny" / "warmup")
-    monkeypatch.setattr(confirm.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
+    monkeypatch.setattr(grid.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
     confirm.run(p, tmp_path / "runs", progress=False)
     assert stored_after[8:] == [6]
     assert {f.name: f.read_bytes() for f in study.rglob("*") if f.is_file()} == before
@@ -341,7 +341,7 @@ def test_an_arm_that_changes_the_training_is_stored_and_restored_under_its_own_n
     study = tmp_path / "study" / "tiny"
     before = {f.name: f.read_bytes() for f in study.rglob("*") if f.is_file()}
     shutil.rmtree(config.out)
-    monkeypatch.setattr(confirm.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
+    monkeypatch.setattr(grid.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
     assert confirm.store(p, tmp_path / "runs") == 3
     assert {f.name: f.read_bytes() for f in study.rglob("*") if f.is_file()} == before
     assert set(confirm.compare("tiny", ks=(1,))["arm"]) == {"sera-rate", "sera-rate slow"}

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sera.trainers import loop
+from sera.trainers import grid, loop
 from sera.trainers.config import RunConfig
 
 
@@ -221,7 +221,7 @@ def test_a_grid_reads_back_what_another_grid_finished_with_the_same_settings(tmp
         return Coins(config, P)
 
     configs = [_config(tmp_path, seed=s) for s in (0, 1)]
-    first = loop.run_grid(configs, build, tmp_path / "a", progress=False,
+    first = grid.run_grid(configs, build, runs_dir=tmp_path / "a", progress=False,
                           shared=tmp_path / "index")
     studies = []
 
@@ -230,21 +230,21 @@ def test_a_grid_reads_back_what_another_grid_finished_with_the_same_settings(tmp
         return studies[-1]
 
     other = [*configs, _config(tmp_path, seed=2), _config(tmp_path, seed=0, steps=5)]
-    second = loop.run_grid(other, spy, tmp_path / "b", progress=False,
+    second = grid.run_grid(other, spy, runs_dir=tmp_path / "b", progress=False,
                            shared=tmp_path / "index")
     # the two finished runs are read from a/, nothing sampled; new settings train in b/
     assert [s.calls == [] for s in studies] == [True, True, False, False]
     assert [Path(s.config.out).parent.name for s in studies] == ["a", "a", "b", "b"]
     pd.testing.assert_frame_equal(second.final.iloc[:2 * P.size], first.final)
     # b/'s folder name leads to the finished run, for code that opens it by path
-    linked = tmp_path / "b" / loop.run_label(configs[1])
+    linked = tmp_path / "b" / grid.run_label(configs[1])
     assert linked.is_symlink() and (linked / "final.csv").exists()
     # rerun retrains in b/ itself and leaves a/'s run alone
-    original = (tmp_path / "a" / loop.run_label(configs[1]) / "final.csv").read_text()
-    loop.run_grid([configs[1]], build, tmp_path / "b", rerun=True, progress=False,
+    original = (tmp_path / "a" / grid.run_label(configs[1]) / "final.csv").read_text()
+    grid.run_grid([configs[1]], build, runs_dir=tmp_path / "b", rerun=True, progress=False,
                   shared=tmp_path / "index")
     assert not linked.is_symlink() and (linked / "final.csv").exists()
-    assert (tmp_path / "a" / loop.run_label(configs[1]) / "final.csv").read_text() == original
+    assert (tmp_path / "a" / grid.run_label(configs[1]) / "final.csv").read_text() == original
 
 
 def test_the_loops_mean_is_numpys_to_the_last_bit():

@@ -148,7 +148,7 @@ def test_run_keys_and_labels_record_the_threshold_that_ran():
     import pandas as pd
 
     from sera.tables import arm
-    from sera.trainers.loop import run_label
+    from sera.trainers.grid import run_label
 
     rows = pd.DataFrame([RunConfig(method=m, allocator=a).keys() for m, a in (
         ("sera", AllocatorConfig()), ("sera-rate", AllocatorConfig()),

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from sera import runstore
-from sera.trainers import loop, maze
+from sera.trainers import grid, loop, maze
 
 
 def test_an_atomic_write_replaces_the_file_whole_or_not_at_all(tmp_path):
@@ -68,7 +68,7 @@ def test_a_shared_grid_leaves_held_runs_to_their_owner(tmp_path, monkeypatch):
     fitted, stores = [], []
     monkeypatch.setattr(loop, "fit", lambda study: fitted.append(study))
     with runstore.claim(tmp_path / "run-1"):
-        assert loop.run_grid(configs, lambda c: c.out, progress=False, share=True,
+        assert grid.run_grid(configs, lambda c: c.out, progress=False, share=True,
                              after_each=lambda: stores.append(1)) is None
     assert fitted == [str(tmp_path / "run-0"), str(tmp_path / "run-2")] and len(stores) == 3
 

@@ -43,7 +43,7 @@ from sera.studies.simulate import (
     simulate,
 )
 from sera.tables import TABLES, Results, arm, with_arm
-from sera.trainers import loop
+from sera.trainers import grid
 from sera.trainers.presets import (
     MATH_PRESETS,
     MAZE_PRESETS,
@@ -158,7 +158,7 @@ class Point:
                 if side and self.side_seeds is not None and seed >= self.side_seeds:
                     continue
                 config = a.config(base, seed)
-                label = loop.run_label(config)
+                label = grid.run_label(config)
                 label = f"{a.tag}_{label}" if a.tag else label
                 out.append((dataclasses.replace(config, out=str(folder / label)), a))
         return out
@@ -471,7 +471,7 @@ def run(p: Point, runs_dir=RUNS_DIR, progress: bool = True) -> Results:
     predict(p, runs_dir=runs_dir)
     restore(p, runs_dir)
     check_warmup(p, runs_dir)
-    loop.run_grid(p.configs(runs_dir), builder(p.task), progress=progress,
+    grid.run_grid(p.configs(runs_dir), builder(p.task), progress=progress,
                   after_each=lambda: store(p, runs_dir), share=True, desc=p.name)
     return load(p.name)
 
@@ -681,9 +681,9 @@ def verify(p: Point, seeds: int = 2, runs_dir=VERIFY_DIR, ks=(1, 8, 32, 128),
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     configs = [c for c in p.configs(runs_dir) if c.seed < seeds]
-    loop.run_grid(configs, builder(p.task), progress=progress, share=True,
+    grid.run_grid(configs, builder(p.task), progress=progress, share=True,
                   desc=f"verify {p.name}")
-    new = with_arm(pd.concat([pd.read_csv(Path(c.out) / "final.csv") for c in configs],
+    new = with_arm(pd.concat([pd.read_csv(Path(c.out) / runstore.FINAL) for c in configs],
                              ignore_index=True))
     old = load(p.name).final
     parts = [reproduction(old.assign(method=old["arm"]), new.assign(method=new["arm"]),

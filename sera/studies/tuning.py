@@ -28,7 +28,7 @@ import pandas as pd
 
 from sera import runstore
 from sera.tables import Results
-from sera.trainers import classification, loop, maze
+from sera.trainers import classification, grid, maze
 
 FACTORS = (10**-0.5, 1.0, 10**0.5)
 """Learning rates as factors of the preset's: three values spanning 10x."""
@@ -67,7 +67,7 @@ class Sweep:
                 for lr in self.lrs():
                     config = dataclasses.replace(base, method=method, seed=seed, lr=lr,
                                                  progress=False)
-                    folder = Path(runs_dir) / self.name / f"lr-{lr:g}" / loop.run_label(config)
+                    folder = Path(runs_dir) / self.name / f"lr-{lr:g}" / grid.run_label(config)
                     out.append(dataclasses.replace(config, out=str(folder)))
         return out
 
@@ -98,7 +98,7 @@ def sweep(name: str) -> Sweep:
 
 def run(s: Sweep, runs_dir=RUNS_DIR, progress: bool = True) -> Results:
     """Train (or resume, or read back) every run, storing the finished ones after each."""
-    loop.run_grid(s.configs(runs_dir), BUILDERS[s.task], progress=progress,
+    grid.run_grid(s.configs(runs_dir), BUILDERS[s.task], progress=progress,
                   after_each=lambda: store(s, runs_dir), share=True, desc=s.name)
     return load(s.name)
 

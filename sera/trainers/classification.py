@@ -24,12 +24,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sera import models
+from sera import models, runstore
 from sera.fidelity import kappa
 from sera.methods import METHODS, supported
 from sera.passk import k_grid, pass_at_k_analytic
 from sera.tasks.classification import fetch, hold_out, load_data
-from sera.trainers import checkpoint, cli, label_rollouts, loop
+from sera.trainers import checkpoint, cli, grid, label_rollouts, loop
 from sera.trainers.config import AllocatorConfig, RunConfig, as_dict, from_dict
 
 __all__ = ["AllocatorConfig", "ClassificationConfig", "ClassificationStudy", "PRESETS",
@@ -269,11 +269,12 @@ def train(config: ClassificationConfig, callback=None) -> loop.Results:
 def run_grid(base: ClassificationConfig, methods, budgets, seeds, runs_dir,
              rerun: bool = False, progress: bool = True, shared=None) -> loop.Results:
     """Every method x budget x seed (ce once per seed: it samples nothing); shared: the index
-    of finished runs that other grids may read back (sera.trainers.loop.run_grid)."""
+    of finished runs that other grids may read back (sera.trainers.grid.run_grid)."""
     configs = [dataclasses.replace(base, method=m, n0=n0, seed=s)
                for s in seeds for m in methods for n0 in budgets
                if m != "ce" or n0 == budgets[0]]
-    return loop.run_grid(configs, ClassificationStudy, runs_dir, rerun, progress, shared)
+    return grid.run_grid(configs, ClassificationStudy, runs_dir=runs_dir, rerun=rerun,
+                         progress=progress, shared=shared)
 
 
 def estimator_study(base: ClassificationConfig, settings: dict, seeds, runs_dir,
@@ -299,10 +300,10 @@ def estimator_study(base: ClassificationConfig, settings: dict, seeds, runs_dir,
 def history_snapshot(out) -> pd.DataFrame:
     """For a finished run: every training image's historical estimate beside its exact success
     probability under the final model (one row per image, available or not)."""
-    config = from_dict(ClassificationConfig, json.loads((Path(out) / "config.json").read_text()))
+    config = from_dict(ClassificationConfig, json.loads((Path(out) / runstore.CONFIG).read_text()))
     study = ClassificationStudy(dataclasses.replace(config, device="cpu"))
     run = loop.Run(study)
-    run.load_state_dict(checkpoint.load(Path(out) / "checkpoint.pt", as_dict(config)))
+    run.load_state_dict(checkpoint.load(Path(out) / runstore.CHECKPOINT, as_dict(config)))
     p_hat, available = run.history.estimate()
     p_exact = study.success(study.data.train)
     return pd.DataFrame({"prompt": np.arange(p_hat.size), "p_hat": p_hat, "p_exact": p_exact,

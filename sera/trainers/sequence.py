@@ -21,7 +21,7 @@ import torch
 from sera import runstore
 from sera.methods import METHODS
 from sera.passk import k_grid, pass_at_k
-from sera.trainers import loop
+from sera.trainers import grid, loop
 from sera.trainers.checkpoint import fingerprint
 from sera.trainers.engines import Engine, Sampling, TransformersEngine
 from sera.trainers.presets import SequenceConfig, warmup_fingerprint, warmup_folder, warmup_settings
@@ -235,7 +235,7 @@ def run_grid(base: SequenceConfig, build, runs, seeds, runs_dir, rerun: bool = F
     base = dataclasses.replace(base, warmup_dir=str(Path(runs_dir) / "warmup"))
     configs = [dataclasses.replace(base, method=method, agg=agg, seed=seed)
                for seed in seeds for method, agg in runs]
-    return loop.run_grid(configs, build, runs_dir, rerun, progress)
+    return grid.run_grid(configs, build, runs_dir=runs_dir, rerun=rerun, progress=progress)
 
 
 def sample_answers(folder, task: Task, index: int, n: int, max_new_tokens: int, seed: int = 0):
