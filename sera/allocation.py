@@ -8,6 +8,7 @@ prompts in about the time of a sort.
 from __future__ import annotations
 
 import math
+import warnings
 from functools import partial
 from typing import NamedTuple
 
@@ -97,7 +98,7 @@ def _counts(p, budget, lo, hi, method, n0=None):
 # ----------------------------------------------------------------------------- public entry
 
 
-def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=None) -> Allocation:
+def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=0.0) -> Allocation:
     """Allocate an integer rollout budget over a batch of prompts with success probabilities p.
 
     method: "paper" (waterline, floor, then the smallest one-increment fidelity errors),
@@ -109,7 +110,8 @@ def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=None
     u_min: the observability safeguard (waterline and uniform methods). Prompts are ranked by
         U(p, n_max), highest first, and the largest capacity-feasible prefix whose prompts all
         have U(p_q, N_q) >= u_min is retained; if none passes, the top ceil(budget / n_max)
-        prompts are kept and `fallback` is True. None turns the safeguard off.
+        prompts are kept and `fallback` is True. 0 (the default) turns the safeguard off, as
+        everywhere in the package (None, an older spelling, still does, with a warning).
     Derivations: notebooks/02_waterline_allocation.ipynb, notebooks/03_allocation_vs_success.ipynb.
     """
     p = _checks.batch_probabilities(p)
@@ -118,9 +120,13 @@ def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=None
     budget, lo, hi = _bounds(p.size, budget, n_min, n_max)
     n0 = budget / p.size if n0 is None else _checks.real(n0, "n0", 0.0, math.inf, low_open=True)
     if u_min is None:
+        warnings.warn("allocate(u_min=None) is spelled u_min=0.0 (the selection off)",
+                      DeprecationWarning, stacklevel=2)
+        u_min = 0.0
+    u_min = _checks.real(u_min, "u_min", 0.0, 1.0)
+    if u_min == 0:
         counts, continuous, lam = _counts(p, budget, lo, hi, method, n0=n0)
         return assemble(p, None, counts, continuous, lam, False, method, n0)
-    u_min = _checks.real(u_min, "u_min", 0.0, 1.0)
     if method in BASELINES:
         raise ValueError(f"u_min (the observability safeguard) applies to the methods "
                          f"{(*WATERLINE, 'uniform')}, got method={method!r}")

@@ -247,7 +247,7 @@ def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndar
         result = cero.plan(ids, *history.posterior(ids), budget, allocator.n_min, n_max, n0)
     else:
         rule = allocator.rounding if method.allocator == "waterline" else method.allocator
-        u_min = (allocator.u_min or None) if method.allocator == "waterline" else None
+        u_min = allocator.u_min if method.allocator == "waterline" else 0.0
         result = allocate(estimates, budget, method=rule, u_min=u_min, **bounds)
     if not method.weighted:
         result = replace(result, weights=(result.counts > 0).astype(float))
