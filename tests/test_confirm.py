@@ -380,3 +380,62 @@ def test_a_stored_prediction_recomputes_to_the_same_values(name):
         np.testing.assert_array_equal(ours[columns].to_numpy(float),
                                       theirs[columns].to_numpy(float))
         assert ours["seeds_needed"].tolist() == theirs["seeds_needed"].tolist()
+
+
+def test_every_registration_rebuilds_the_configurations_its_stored_runs_ran():
+    # data/study/<point>/point.toml is the point: every stored run's recorded configuration is
+    # the one its registration plans under the same folder name (paths aside).
+    from sera.methods import METHODS
+    from sera.trainers.config import as_dict
+
+    skip = ("out", "warmup_dir", "progress", "device")
+    checked = 0
+    for name, point in confirm.POINTS.items():
+        summary = confirm.stored(name)
+        if not summary.get("runs"):
+            continue
+        planned = {Path(c.out).name: as_dict(c) for c, _ in point.runs()}
+        for record in summary["runs"]:
+            config = planned[record["run"].split("/")[-1]]
+            recorded = {k: v for k, v in record["config"].items() if k not in skip}
+            mine = json.loads(json.dumps({k: v for k, v in config.items() if k not in skip}))
+            # older runs recorded the method's own settings resolved, newer ones None for them
+            method = METHODS[recorded["method"]]
+            for entry in (mine, recorded):
+                entry["allocator"] = _resolved(entry["allocator"], method)
+            # fields added to the configs after a run was stored are left out
+            assert _recorded_part(mine, recorded) == recorded, (name, record["run"])
+            checked += 1
+    assert checked == sum(confirm.stored(n).get("runs_stored", 0) for n in confirm.POINTS) > 0
+
+
+def test_a_point_is_one_folder_with_its_registration(tmp_path):
+    # A new point needs no code: its folder and point.toml.
+    source = confirm.STUDY_DIR / "maze-n0-8" / "point.toml"
+    (tmp_path / "maze-n0-8-copy").mkdir()
+    (tmp_path / "maze-n0-8-copy" / "point.toml").write_text(source.read_text())
+    found = confirm.registered(tmp_path)
+    assert list(found) == ["maze-n0-8-copy"]
+    assert found["maze-n0-8-copy"].config == confirm.POINTS["maze-n0-8"].config
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "point.toml").write_text(source.read_text().replace('task = "maze"', 'task = "go"'))
+    with pytest.raises(ValueError, match="task must be one of"):
+        confirm.registered(tmp_path)
+
+
+def _recorded_part(config: dict, recorded: dict) -> dict:
+    """config restricted to the keys the record has, nested dicts included."""
+    return {k: _recorded_part(config.get(k) or {}, v) if isinstance(v, dict) else config.get(k)
+            for k, v in recorded.items()}
+
+
+def _resolved(allocator: dict, method) -> dict:
+    """An allocator record with the method's own u_min and history rule filled in; the rule is
+    dropped for a method that plans without estimates (it trains the same under either)."""
+    resolved = {**allocator, "u_min": allocator.get("u_min") if allocator.get("u_min")
+                is not None else (method.u_min or 0.0),
+                "history_rule": allocator.get("history_rule") or method.history_rule}
+    if method.estimates == "none":
+        resolved.pop("history_rule")
+    return resolved

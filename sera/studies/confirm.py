@@ -1,6 +1,8 @@
 """Confirmation runs of notebook 08's regime map, stored so that readers need not rerun them.
 
-A point is one sequence-study configuration (task, N0, steps, prompts), the methods and the seeds.
+A point is one sequence-study configuration (task, N0, steps, prompts), the methods and the seeds,
+registered in data/study/<point>/point.toml (`load_point`) before its runs, with what each arm is
+expected to do: a new point is a new folder, no code.
 Its prediction, SERA - MaxRL Pass@K from `sera.studies.simulate` started from the point's own
 difficulty profile, is written before any run, with the number of seeds a power calculation asks
 for. The runs then train (or resume) one after another, and after each finished run the tables of
@@ -44,12 +46,12 @@ from sera.studies.simulate import (
 )
 from sera.tables import TABLES, Results, arm, with_arm
 from sera.trainers import grid
-from sera.trainers.presets import (
-    MATH_PRESETS,
-    MAZE_PRESETS,
-    SequenceConfig,
-    warmup_fingerprint,
-)
+from sera.trainers.presets import PRESETS, SequenceConfig, warmup_fingerprint
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 STUDY_DIR = runstore.STUDY_DIR
 RUNS_DIR = runstore.RUNS_ROOT / "confirm"
@@ -61,19 +63,16 @@ of the math `fast` preset; the power calculation's only measured input."""
 POWER = 2.5
 """A predicted gain counts as resolvable when it is POWER standard errors over the seeds."""
 MIN_SEEDS = 6
-MAIN_ARMS = (("maxrl", None), ("sera-rate", None), ("sera-rate-safeguard", None))
-"""The arms of the first points that leave GRPO out: MaxRL and the package's rate-rule SERA
-without and with its strong safeguard (every SERA arm stored before the paper's `sera` was
-separated from the package's variants)."""
 PROFILE_SAMPLES = 32
 """Rollouts per prompt behind each stored profile.csv."""
 
 
 def builder(task: str):
-    """The `build` of a point's task ("math" or "maze"): its trainer, and torch with it, loads
-    only when a run is built, so that reading and comparing stored runs never loads a model."""
-    if task not in ("math", "maze"):
-        raise ValueError(f"task must be 'math' or 'maze', got {task!r}")
+    """The `build` of a point's task (a key of sera.trainers.presets.PRESETS): its trainer
+    sera.trainers.<task>, and torch with it, loads only when a run is built, so that reading and
+    comparing stored runs never loads a model."""
+    if task not in PRESETS:
+        raise ValueError(f"task must be one of {tuple(PRESETS)}, got {task!r}")
     return importlib.import_module(f"sera.trainers.{task}").build
 
 
@@ -164,160 +163,35 @@ class Point:
         return out
 
 
-def _half_step(method: str, preset: SequenceConfig, expect: str, every_seed: bool = False
-               ) -> Arm:
-    """`method` at half the step size of the preset its point trains with, tagged lr-half."""
-    return Arm(method, changes=(("lr", preset.lr / 2),), tag="lr-half", expect=expect,
-               every_seed=every_seed)
+def load_point(path) -> Point:
+    """A point from its registration, data/study/<point>/point.toml: the task and the preset its
+    configuration starts from, the changes to it, the seeds (a number, or "power" for the power
+    calculation's), the arms with what each was expected to do, and why the point exists."""
+    path = Path(path)
+    with open(path, "rb") as handle:
+        entry = tomllib.load(handle)
+    task = entry["task"]
+    if task not in PRESETS:
+        raise ValueError(f"{path}: task must be one of {tuple(PRESETS)}, got {task!r}")
+    config = dataclasses.replace(PRESETS[task][entry["preset"]], **entry.get("config", {}))
+    arms = tuple(Arm(arm["method"], arm.get("u_min"), tuple(arm.get("changes", {}).items()),
+                     arm.get("tag", ""), arm.get("expect", ""), arm.get("every_seed", False))
+                 for arm in entry["arms"])
+    seeds = entry["seeds"]
+    return Point(path.parent.name, task, config, seeds=None if seeds == "power" else seeds,
+                 arms=arms, treatment=entry.get("treatment", "sera-rate"),
+                 why=entry.get("why", ""), side_seeds=entry.get("side_seeds"),
+                 k=entry.get("k", 1), calibrate_on=entry.get("calibrate_on"))
 
 
-MECHANISM_ARMS = (
-    Arm("maxrl", expect="held-out Pass@1 rises from the warm-up by several points (the stored "
-        "640-step runs rose 9.3)"),
-    Arm("sera-rate", expect="the collapse reproduces: behind MaxRL at Pass@1 by about 11 points "
-        "with an interval below zero, responses shorter than MaxRL's"),
-    Arm("sera", expect="behind MaxRL at Pass@1 about as far as sera-rate: the counts rule drives "
-        "an always-failing prompt's estimate lower still (1/66 after epochs of 32 failures, the "
-        "rate rule's floor is 1/34), so the waterline moves at least as much of the budget onto "
-        "such prompts, and the selection at u_min 0.05 does not bind"),
-    Arm("sera-rate", changes=(("allocator.n_min", 3),), tag="nmin-3",
-        expect="level with MaxRL (interval covering zero): at N0 = 4 an N_min of 3 leaves one "
-        "rollout per prompt to move, so the allocation stays close to uniform"),
-    _half_step("sera-rate", MATH_PRESETS["fast"],
-               expect="if steps as large on fewer mixed groups drive the decline, half the step "
-               "size keeps held-out Pass@1 from falling below the warm-up, though it stays behind "
-               "MaxRL at the full step size"),
-    Arm("sera-rate", changes=(("agg", "seqnorm"),), tag="seqnorm",
-        expect="if token-mean's per-step 1 / T drives the shrinking responses, seqnorm keeps the "
-        "response length near MaxRL's and closes most of the gap; otherwise it collapses like "
-        "sera-rate"),
-)
-"""The arms of the mechanism point: MaxRL, the package's sera-rate (whose long math runs
-collapse), the paper's sera, and sera-rate with one suspect changed at a time."""
-MAXRL_HALF_STEP = _half_step(
-    "maxrl", MATH_PRESETS["fast"],
-    expect="behind MaxRL at its full step at Pass@1 (with no collapse to undo, half the step only "
-    "slows the rise) and at most a few points ahead at Pass@8, so that sera-rate lr-half is level "
-    "with or ahead of it at Pass@1 and ahead at Pass@8: the half step helps SERA, not any method. "
-    "If it gains about as much at Pass@8 as sera-rate lr-half did over MaxRL (+13 points), the "
-    "half step helps any method there and SERA's own share is the difference between the two")
-"""MaxRL at sera-rate lr-half's step size, added to math-n0-4-320-avx2 after its other arms: is
-the gain of the half step SERA's, or would MaxRL take it too?"""
+def registered(study_dir=None) -> dict[str, Point]:
+    """Every point registered under the study folder (a point.toml each), by name."""
+    folder = Path(study_dir or runstore.STUDY_DIR)
+    return {path.parent.name: load_point(path) for path in sorted(folder.glob("*/point.toml"))}
 
 
-SERA_HALF_STEP_MAZE = _half_step(
-    "sera", MAZE_PRESETS["fast"],
-    expect="further behind MaxRL at Pass@1 than sera at the full step (-6.6 points) and not "
-    "ahead at Pass@32: on these mazes sera does not collapse (its held-out Pass@1 rises from "
-    "0.149 to 0.330, MaxRL's to 0.396) and its gradient norm stays below MaxRL's (1.4-1.9 "
-    "against 1.7-2.6), so half the step only slows its rise. If so, the half step that removed "
-    "sera-rate's collapse on math is a lever for math, not a remedy for both long points. "
-    "Extended from its first six seeds to the point's 18 (where it was ahead of MaxRL at Pass@32 "
-    "by 5.5 points, -3.8 to +14.8, and behind at Pass@1 by 4.1, -12.4 to +4.2): expected to stay "
-    "ahead at Pass@32 by about 5 points with an interval above zero, and behind at Pass@1 by "
-    "some 4 points, about as far as sera at the full step (-6.6)",
-    every_seed=True)
-"""The paper's sera at half maze-n0-8-long-sera's step size, added after its other arms: does the
-half step that removed the math collapse (math-n0-4-320-avx2) cost SERA on mazes? Run at every
-seed as the candidate remedy."""
-MAXRL_HALF_STEP_MAZE = _half_step(
-    "maxrl", MAZE_PRESETS["fast"],
-    expect="level with MaxRL at its full step at Pass@1 and ahead at Pass@32 by several points, as "
-    "MaxRL at half its step was on math (+0.6 at Pass@1, +8.3 at Pass@32): a smaller step keeps "
-    "more of the warm-up's spread of answers, whatever the allocation. Written after four seeds "
-    "of sera lr-half had landed here, ahead of MaxRL at Pass@32 (+8.2, -3.0 to +19.5) against its "
-    "expectation; if MaxRL at half its step gains as much, the gain is the step's, not SERA's. "
-    "Extended from its first six seeds to the point's 18 (level with MaxRL: -0.4 at Pass@1, +0.1 "
-    "at Pass@32): expected level at both K, so that sera lr-half's lead over it at Pass@32 "
-    "(+5.4, +1.2 to +9.5 over six seeds) holds with an interval above zero",
-    every_seed=True)
-"""MaxRL at the maze point's half step: is sera lr-half's gain at large K SERA's or the step's?"""
-
-
-SERA_HALF_STEP = _half_step(
-    "sera", MATH_PRESETS["fast"],
-    expect="as sera-rate lr-half at this point: level with MaxRL at Pass@1 (sera-rate lr-half "
-    "-1.8, -4.4 to +0.8) and ahead at Pass@8 by about 10 points (+13.0), a few points ahead of "
-    "maxrl lr-half at Pass@8 (sera-rate lr-half +5.4): at the full step the paper's sera "
-    "collapsed as sera-rate did (math-n0-4-320: -10.3 and -12.7 points at Pass@1) and its "
-    "selection at u_min 0.05 rarely binds, so the half step should remove its collapse too")
-"""The paper's sera at math-n0-4-320-avx2's half step, added after its other arms: does the
-half step that removed sera-rate's collapse remove the paper's method's too?"""
-
-
-def _math(**changes) -> SequenceConfig:
-    return dataclasses.replace(MATH_PRESETS["fast"], final_samples=128, **changes)
-
-
-def _maze(**changes) -> SequenceConfig:
-    return dataclasses.replace(MAZE_PRESETS["fast"], final_samples=128, **changes)
-
-
-POINTS = {point.name: point for point in (
-    Point("math-n0-4", "math", _math(), seeds=6,
-          why="notebook 07's setting, where the map predicts SERA behind MaxRL at Pass@1"),
-    Point("maze-n0-8", "maze", _maze(), seeds=6,
-          why="notebook 05's setting, where the map predicts no gain at Pass@1"),
-    Point("math-hard-n0-16", "math",
-          _math(n0=16, steps=160, eval_every=40, checkpoint_every=10, problem_steps=3,
-                max_new_tokens=64),  # worked solutions of three steps take 55-61 tokens
-          seeds=None, arms=MAIN_ARMS,
-          why="three operations per problem, N0 = 16 and ten epochs, where the map predicts a "
-              "gain at Pass@1; the seeds are the power calculation's for the predicted gain"),
-    Point("math-n0-4-long", "math", _math(steps=640, eval_every=160, checkpoint_every=20),
-          seeds=None, arms=MAIN_ARMS, k=8,
-          calibrate_on="math-n0-4", side_seeds=MIN_SEEDS,
-          why="notebook 07's problems and N0 for 640 steps (40 epochs) instead of 40: with the "
-              "simulator's step size calibrated on math-n0-4's MaxRL runs, the cheapest math "
-              "setting where the map predicts a clear gain (at Pass@8); each run takes some 12 "
-              "minutes on one core, 8 core-hours for the point's 40 runs"),
-    Point("maze-n0-8-long", "maze", _maze(steps=320, eval_every=80, checkpoint_every=20),
-          seeds=None, arms=MAIN_ARMS, k=32,
-          calibrate_on="maze-n0-8", side_seeds=MIN_SEEDS,
-          why="notebook 05's mazes and N0 for 16 epochs instead of 4: with the simulator's step "
-              "size calibrated on maze-n0-8's MaxRL runs, the cheapest maze setting where the "
-              "map predicts a clear gain; reported at Pass@32, where the gain is largest "
-              "against the seed-to-seed spread"),
-    Point("maze-n0-8-long-sera", "maze", _maze(steps=320, eval_every=80, checkpoint_every=20),
-          seeds=None, k=32, calibrate_on="maze-n0-8", treatment="sera", side_seeds=MIN_SEEDS,
-          arms=(Arm("maxrl", expect="held-out Pass@32 rises well above the warm-up's, as in "
-                    "maze-n0-8-long"),
-                Arm("sera", expect="ahead of MaxRL at Pass@32 by a few points, as sera-rate was "
-                    "at maze-n0-8-long (+3.4): the counts rule drives a never-solved maze's "
-                    "estimate lower than the rate rule does, so the waterline gives such mazes "
-                    "at least as many rollouts; behind at Pass@1, where maze-n0-8-long's "
-                    "sera-rate lost 4.1 points to the shared parameters; the selection at u_min "
-                    "0.05 keeps every maze"),
-                Arm("sera-rate", expect="as at maze-n0-8-long: behind at Pass@1, ahead at "
-                    "Pass@32, within that point's intervals (a check that its verdicts hold "
-                    "from another warm-up)"),
-                SERA_HALF_STEP_MAZE, MAXRL_HALF_STEP_MAZE),
-          why="maze-n0-8-long's setting from a warm-up of its own (stored with the runs), with "
-              "the paper's sera as the arm the power calculation sizes: what the paper's "
-              "method does where the package's sera-rate gained at Pass@32; some 4 minutes a "
-              "run on one core"),
-    Point("math-n0-4-320", "math", _math(steps=320, eval_every=80, checkpoint_every=20),
-          seeds=MIN_SEEDS, k=8, calibrate_on="math-n0-4", arms=MECHANISM_ARMS,
-          why="math-n0-4-long cut at 320 steps, where its stored sera-rate runs were already "
-              "11.5 points behind MaxRL at Pass@1 (seed SD 5.7): which change to sera-rate "
-              "removes the collapse, and what the paper's sera does there; some 7 minutes a "
-              "run on one core, 36 runs"),
-    Point("math-n0-4-320-avx2", "math", _math(steps=320, eval_every=80, checkpoint_every=20),
-          seeds=MIN_SEEDS, k=8, calibrate_on="math-n0-4",
-          arms=(*(a for a in MECHANISM_ARMS if a.name != "sera"), MAXRL_HALF_STEP,
-                SERA_HALF_STEP),
-          why="math-n0-4-320's setting and arms from a second warm-up, trained on a machine "
-              "whose CPU (AVX2) cannot rebuild math-n0-4-320's warm-up (trained on AVX-512) bit "
-              "for bit: a separate experiment that also tests whether the stored point's "
-              "sera-rate verdict holds from another warm-up; the paper's sera, measured at "
-              "math-n0-4-320, is left out to give the mechanism arms their seeds; it joins "
-              "at half the step, after the other arms, as the candidate remedy"),
-    Point("maze-hard-n0-16", "maze",
-          _maze(size=11, max_new_tokens=48, n0=16, steps=200, eval_every=40, checkpoint_every=10),
-          seeds=None, arms=MAIN_ARMS,
-          why="11 x 11 mazes, N0 = 16 and ten epochs: harder prompts and more budget, the "
-              "direction in which the map's gain grows; the seeds are the power calculation's"),
-)}
+POINTS = registered()
+"""The registered points: adding a folder with a point.toml adds a point."""
 
 
 def n_seeds(p: Point) -> int:
@@ -499,10 +373,9 @@ def warmup_of(folders, p: Point) -> str | None:
         raise ValueError(
             f"point {p.name!r} would pool runs from two warm-ups: {first} started from warm-up "
             f"{a}, {second} from {b} (another machine or library version trains another "
-            f"warm-up). Keep them apart: register a separate point (a copy of this Point under "
-            f"a new name in sera.studies.confirm.POINTS) for the new warm-up's runs, or train them "
-            f"from "
-            f"the warm-up the stored runs used")
+            f"warm-up). Keep them apart: register a separate point (a copy of its point.toml in "
+            f"a new folder) for the new warm-up's runs, or train them from the warm-up the "
+            f"stored runs used")
     return next(iter(seen), None)
 
 
@@ -554,8 +427,8 @@ def check_warmup(p: Point, runs_dir=RUNS_DIR) -> None:
         kept = (STUDY_DIR / p.name / "warmup" / "warmup.json").exists()
         way = (f"delete {Path(config.warmup_dir)} to start from the copy stored beside the runs"
                if kept else "no copy of it is stored beside the runs, so runs from here are "
-                            "another experiment: register a separate point (a copy of this "
-                            "Point under a new name in sera.studies.confirm.POINTS) for them")
+                            "another experiment: register a separate point (a copy of its "
+                            "point.toml in a new folder of the study folder) for them")
         raise ValueError(f"point {p.name!r}: the warm-up here ({here}, in "
                          f"{Path(config.warmup_dir)}) is not the one its stored runs started "
                          f"from ({stored_fingerprint}); {way}")

@@ -213,6 +213,10 @@ MAZE_PRESETS = {
                         checkpoint_every=250, micro_batch=512, warmup_steps=2000),
 }
 
+PRESETS = {"math": MATH_PRESETS, "maze": MAZE_PRESETS}
+"""Each sequence task's presets, by task name: a new task is one entry (its trainer is
+sera.trainers.<task>, whose `build` makes a run's study)."""
+
 
 def warmup_fingerprint(config: SequenceConfig) -> str | None:
     """The weights fingerprint of the warm-up a run starts from (None for a user's model)."""
