@@ -341,17 +341,18 @@ def read_prediction(name: str) -> pd.DataFrame:
 
 def run(p: Point, runs_dir=RUNS_DIR, progress: bool = True) -> Results:
     """Train (or resume, or read back) every run of the point, storing the finished runs' tables
-    after each one lands, so that a session that ends mid-way loses only the run in progress."""
+    after each one lands, so that a session that ends mid-way loses only the run in progress.
+    A point without a stored prediction is predicted first, which says so: it may train the
+    warm-up and measure the difficulty profile before any run."""
+    if not (STUDY_DIR / p.name / "prediction.csv").exists():
+        print(f"{p.name}: no stored prediction; predicting it first (this may train the warm-up "
+              f"and measure the difficulty profile)", flush=True)
     predict(p, runs_dir=runs_dir)
     restore(p, runs_dir)
     check_warmup(p, runs_dir)
     grid.run_grid(p.configs(runs_dir), builder(p.task), progress=progress,
                   after_each=lambda: store(p, runs_dir), share=True, desc=p.name)
     return load(p.name)
-
-
-def finished_runs(p: Point, runs_dir=RUNS_DIR) -> list[Path]:
-    return [Path(c.out) for c in p.configs(runs_dir) if runstore.finished(c.out)]
 
 
 def warmup_of(folders, p: Point) -> str | None:
