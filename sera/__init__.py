@@ -19,8 +19,8 @@ from sera.estimators import (
 )
 from sera.fidelity import kappa, log_success_series, mixed_probability, rollouts_for_fidelity
 from sera.history import SuccessHistory
-from sera.methods import method_plan
 from sera.passk import paired_bootstrap, pass_at_k, pass_at_k_analytic
+from sera.planning import method_plan
 
 __version__ = "0.1.0"
 

@@ -253,23 +253,3 @@ def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndar
         result = replace(result, weights=(result.counts > 0).astype(float))
     return result
 
-
-def method_plan(name: str, p_hat, n0: int, allocator=None) -> Allocation:
-    """The allocation a trainer makes for method `name` on one batch whose every prompt has the
-    estimate p_hat (shape (B,)), n0 rollouts a prompt on average (budget B * n0): the method's
-    own rounding, selection (u_min) and bound (n_max_factor * n0), as `plan` resolves them.
-
-    allocator: an AllocatorConfig to override the method's settings (None: its defaults).
-    `sera.allocate` is the bare allocator: no selection and no bound unless given.
-    """
-    from sera.trainers.config import AllocatorConfig
-
-    if name not in METHODS:
-        raise ValueError(f"method must be one of {tuple(METHODS)}, got {name!r}")
-    p_hat = _checks.batch_probabilities(p_hat)
-    n0 = _checks.integer(n0, "n0", minimum=1)
-    result = plan(METHODS[name], allocator or AllocatorConfig(), n0, np.arange(p_hat.size),
-                  p_hat)
-    if result is None:
-        raise ValueError(f"method {name!r} samples no rollouts (it has no allocation)")
-    return result
