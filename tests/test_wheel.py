@@ -2,6 +2,7 @@
 README's allocation snippet runs and a shipped point's stored runs are found and shown."""
 
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -18,8 +19,14 @@ def wheel_env(tmp_path_factory):
     needs come from this environment's site-packages through a .pth line (whose own .pth files,
     the editable install of this checkout among them, are not run), so nothing is downloaded."""
     tmp = tmp_path_factory.mktemp("wheel")
+    # built from a copy: the build writes into its source folder, and test workers run side by
+    # side
+    source = tmp / "source"
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".*", "build", "*.egg-info", "__pycache__", "figures", "notebooks", "tests", "docs",
+        "benchmarks", "examples"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp / "dist"), str(ROOT)], check=True)
+                    "-q", "-w", str(tmp / "dist"), str(source)], check=True)
     wheel = next((tmp / "dist").glob("sera-*.whl"))
     env = tmp / "env"
     subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv",
