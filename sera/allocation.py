@@ -66,7 +66,8 @@ def _bounds(n_prompts: int, budget, n_min, n_max):
 
 def waterline(p, budget, n_min=2, n_max=None) -> Waterline:
     """Continuous max-min allocation: N_q = clip(1 + lam / h_q, n_min, n_max), h_q = -log(1-p_q),
-    with the water level lam solved exactly so that the counts sum to the budget.
+    with the water level lam solved exactly so that the counts sum to the budget; p (B,) ->
+    counts (B,) float and lam.
 
     Every unclipped prompt then has the same fidelity kappa = 1 - exp(-lam). Prompts with p = 0 fill
     first (towards n_max) and prompts with p = 1 last, the limits of the formula. n_max=None means
@@ -99,7 +100,8 @@ def _counts(p, budget, lo, hi, method, n0=None):
 
 
 def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=0.0) -> Allocation:
-    """Allocate an integer rollout budget over a batch of prompts with success probabilities p.
+    """Allocate an integer rollout budget over a batch of prompts with success probabilities p
+    (B,): an Allocation whose counts, weights and retained are (B,), counts summing to budget.
 
     method: "paper" (waterline, floor, then the smallest one-increment fidelity errors),
         "exact" (the lexicographically max-min integer allocation), "uniform" (budget / B each),

@@ -3,6 +3,13 @@
 Groups may have different sizes (SERA gives prompts different rollout counts): responses are
 labelled by a group id, or described by group sizes in order. numpy in, numpy out; torch in, torch
 out. Derived in notebooks/01_finite_rollout_fidelity.ipynb.
+
+The ragged layout every function here and the plug-ins use: a batch of B prompts with counts
+N_0 .. N_{B-1} is one flat run of responses, prompt by prompt (R = sum N_q):
+
+    rewards  [ r r r r | r r | r r r r r r | ... ]   (R,)
+    groups   [ 0 0 0 0 | 1 1 | 2 2 2 2 2 2 | ... ]   (R,)  or
+    sizes    [    4    ,  2  ,      6      , ... ]   (B,)
 """
 
 from __future__ import annotations
@@ -86,7 +93,8 @@ def _group_stats(rewards, inverse, n_groups, xp):
 
 
 def maxrl_advantages(rewards, groups=None, centered=True, *, sizes=None):
-    """MaxRL advantages A_i = (r_i - rbar_g) / rbar_g (centered) or r_i / rbar_g (uncentered).
+    """MaxRL advantages A_i = (r_i - rbar_g) / rbar_g (centered) or r_i / rbar_g (uncentered):
+    rewards (R,) in [0, 1], groups (R,) or sizes (B,) in the ragged layout above; returns (R,).
 
     rbar_g is the mean reward of response i's group; a group without success gets A = 0. With
     these advantages the per-prompt estimator (1/N) sum_i A_i grad log pi(y_i) has expectation
@@ -105,6 +113,7 @@ def maxrl_advantages(rewards, groups=None, centered=True, *, sizes=None):
 def grpo_advantages(rewards, groups=None, eps: float = 1e-6, unbiased: bool = True, *,
                     sizes=None):
     """GRPO advantages (r_i - mean_g) / (std_g + eps); the std is the sample (n-1) one by default.
+    rewards (R,), groups (R,) or sizes (B,); returns (R,).
 
     A group of one response gets 0 (its spread is undefined).
     """
@@ -121,6 +130,7 @@ def grpo_advantages(rewards, groups=None, eps: float = 1e-6, unbiased: bool = Tr
 
 def rloo_advantages(rewards, groups=None, *, sizes=None):
     """RLOO advantages r_i - mean of the other responses of the group = n/(n-1) (r_i - mean_g).
+    rewards (R,), groups (R,) or sizes (B,); returns (R,).
 
     A group of one response gets 0.
     """
@@ -184,7 +194,8 @@ def rl2ml_surrogate(p, n: int, alpha: float = 1.0):
 
 def multiplicity_weights(counts, n0: float):
     """Per-prompt response weight n0 / N_q (0 where N_q = 0), so that each prompt's N_q responses
-    carry the same total weight n0 in a response-mean loss. See sera.allocate."""
+    carry the same total weight n0 in a response-mean loss: counts (B,) -> weights (B,); repeat
+    them by the counts for the (R,) responses. See sera.allocate."""
     n0 = _checks.real(n0, "n0", 0.0, float("inf"), low_open=True)
     counts = np.asarray(counts, dtype=float)
     if (counts < 0).any() or not np.isfinite(counts).all():
@@ -235,7 +246,7 @@ def policy_loss(logprobs, advantages, mask, weights=None, mode: str = "token-mea
     """Policy-gradient surrogate -w_i A_i log pi(token) per response token, aggregated by `mode`
     (see `aggregate`; `total` normalizes a micro-batch by its whole batch).
 
-    logprobs and mask are (responses, tokens); advantages and weights are per response.
+    logprobs and mask are (R, T): responses by tokens; advantages and weights are (R,).
     """
     scale = advantages if weights is None else advantages * weights
     return aggregate(-scale[:, None] * logprobs, mask, mode=mode, max_len=max_len, total=total)

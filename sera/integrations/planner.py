@@ -2,6 +2,17 @@
 
 Framework-free (no verl, TRL or torch.distributed): the verl and TRL plug-ins keep only their
 hooks and call a `Planner` for the plan, the record, the epoch fold and the checkpoint file.
+
+A planned batch of B rows gets counts N_q (shape (B,)); the frameworks then hold its responses
+flat, prompt by prompt, each response keyed by its prompt (R = sum N_q responses):
+
+    plan(rows)       rows    [ 17     , 4   , 9            , ... ]   (B,)
+                     counts  [ 4      , 2   , 6            , ... ]   (B,)
+    record(keys, r)  keys    [ 17 17 17 17 | 4 4 | 9 9 9 9 9 9 | ... ]   (R,)
+                     r       [ 1  0  0  1  | 0 0 | 1 0 0 0 0 0 | ... ]   (R,)
+
+(verl keys a response by its prompt's uid, TRL by the row; `sera.estimators` regroups the same
+layout by sizes.)
 """
 
 from __future__ import annotations
