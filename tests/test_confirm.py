@@ -25,9 +25,9 @@ def test_seeds_needed_follows_the_power_calculation():
 
 
 def test_every_point_runs_paired_seeds_from_one_warm_up(tmp_path):
-    p = confirm.point("math-n0-4")
-    configs = p.configs(tmp_path)
-    assert len(configs) == 6 * len(p.arms)
+    point = confirm.point("math-n0-4")
+    configs = point.configs(tmp_path)
+    assert len(configs) == 6 * len(point.arms)
     assert {c.warmup_dir for c in configs} == {str(tmp_path / "math-n0-4" / "warmup")}
     assert len({c.out for c in configs}) == len(configs)
     guarded = [c for c in configs if c.method == "sera-rate-safeguard"]
@@ -38,9 +38,22 @@ def test_every_point_runs_paired_seeds_from_one_warm_up(tmp_path):
 
 
 def test_a_power_calculated_point_needs_its_prediction_first(tmp_path, monkeypatch):
-    monkeypatch.setattr(confirm, "STUDY_DIR", tmp_path)
+    monkeypatch.setattr(runstore, "STUDY_DIR", tmp_path)
+    assert confirm.STUDY_DIR == tmp_path  # the study folder is read when used, not at import
     with pytest.raises(FileNotFoundError, match="predict math-hard-n0-16"):
         confirm.point("math-hard-n0-16").configs(tmp_path)
+
+
+def test_run_never_measures_a_prediction_it_was_not_given(tmp_path, monkeypatch):
+    # Predicting may train the warm-up and measure the profile: run leaves that to predict.
+    point = _registered_tiny_point(tmp_path, monkeypatch, predicted=False)
+    monkeypatch.setattr(confirm.prediction, "profile",
+                        lambda *args, **kwargs: pytest.fail("run measured a profile"))
+    monkeypatch.setattr(grid.loop, "fit", lambda study: pytest.fail("run trained"))
+    with pytest.raises(FileNotFoundError, match="`python -m sera.confirm predict tiny` first"):
+        confirm.run(point, tmp_path / "runs", progress=False)
+    assert not (tmp_path / "runs" / "tiny").exists()
+    assert not (tmp_path / "study" / "tiny" / "prediction.csv").exists()
 
 
 def _tiny_point():
@@ -53,35 +66,37 @@ def _tiny_point():
                          arms=(("maxrl", None), ("sera-rate", None), ("sera-rate-safeguard", None)))
 
 
-def _registered_tiny_point(tmp_path, monkeypatch):
-    """The tiny point registered, storing under tmp_path/study with a stand-in profile."""
-    monkeypatch.setattr(confirm, "STUDY_DIR", tmp_path / "study")
-    p = _tiny_point()
-    monkeypatch.setitem(confirm.POINTS, "tiny", p)
+def _registered_tiny_point(tmp_path, monkeypatch, predicted: bool = True):
+    """The tiny point registered, storing under tmp_path/study with a stand-in profile, and
+    predicted from it unless told otherwise."""
+    monkeypatch.setattr(runstore, "STUDY_DIR", tmp_path / "study")
+    point = _tiny_point()
+    monkeypatch.setitem(confirm.POINTS, "tiny", point)
     profile = tmp_path / "study" / "tiny" / "profile.csv"
     profile.parent.mkdir(parents=True)
     profile.write_text("# stand-in\nprompt,p,samples\n" + "".join(
         f"{i},{v},32\n" for i, v in enumerate([0.0, 0.0, 0.1, 0.3, 0.5, 0.6, 0.9, 1.0])))
-    return p
+    if predicted:
+        confirm.predict(point, runs_dir=tmp_path / "runs")
+    return point
 
 
 def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, monkeypatch):
-    p = _registered_tiny_point(tmp_path, monkeypatch)
+    point = _registered_tiny_point(tmp_path, monkeypatch)
     stored_after = []
     original = confirm.store
 
-    def counting_store(point, runs_dir=confirm.RUNS_DIR):
-        stored_after.append(original(point, runs_dir))
+    def counting_store(stored_point, runs_dir=None):
+        stored_after.append(original(stored_point, runs_dir))
         return stored_after[-1]
 
-    monkeypatch.setattr(confirm, "store", counting_store)
-    confirm.run(p, tmp_path / "runs", progress=False)
+    monkeypatch.setattr(confirm.storage, "store", counting_store)
+    confirm.run(point, tmp_path / "runs", progress=False)
     assert stored_after == [1, 2, 3, 4, 5, 6, 6]  # each run stored as it lands, then once more
-    confirm.run(p, tmp_path / "runs", progress=False)
+    confirm.run(point, tmp_path / "runs", progress=False)
     assert stored_after[7:] == [6]  # finished runs are not fitted again, only stored once
 
     # a fresh checkout has the stored tables but no run folders: the stored runs are restored
-    # (not trained again, not dropped), and storing them again gives the same bytes
     # (not trained again, not dropped), with the warm-up stored beside them, and storing them
     # again gives the same bytes
     study = tmp_path / "study" / "tiny"
@@ -91,18 +106,18 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
     shutil.rmtree(tmp_path / "runs" / "tiny" / "sera-rate_n0-4_token-mean_seed-0")
     shutil.rmtree(tmp_path / "runs" / "tiny" / "warmup")
     monkeypatch.setattr(grid.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
-    confirm.run(p, tmp_path / "runs", progress=False)
+    confirm.run(point, tmp_path / "runs", progress=False)
     assert stored_after[8:] == [6]
     assert {f.name: f.read_bytes() for f in study.rglob("*") if f.is_file()} == before
-    assert confirm.restore(p, tmp_path / "runs") == 0  # nothing left to restore
+    assert confirm.restore(point, tmp_path / "runs") == 0  # nothing left to restore
     # a warm-up other than the stored runs' is refused before anything trains
     stamp = tmp_path / "runs" / "tiny" / "warmup" / "warmup.json"
     assert json.loads(stamp.read_text())["fingerprint"] == confirm.stored("tiny")["warmup"]
     stamp.write_text(json.dumps({**json.loads(stamp.read_text()), "fingerprint": "0" * 16}))
     with pytest.raises(ValueError, match="0{16}.*start from the copy stored beside the runs"):
-        confirm.run(p, tmp_path / "runs", progress=False)
+        confirm.run(point, tmp_path / "runs", progress=False)
     shutil.rmtree(tmp_path / "runs" / "tiny" / "warmup")
-    assert confirm.restore(p, tmp_path / "runs") == 0 and stamp.exists()  # the stored copy
+    assert confirm.restore(point, tmp_path / "runs") == 0 and stamp.exists()  # the stored copy
 
     results = confirm.load("tiny")
     assert set(results.final["arm"]) == {"maxrl", "sera-rate", "sera-rate-safeguard"}
@@ -127,7 +142,7 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
     # the prediction was written before the runs and is not rewritten
     prediction = (tmp_path / "study" / "tiny" / "prediction.csv").read_text()
     assert "before the runs" in prediction.splitlines()[0]
-    confirm.predict(p)
+    confirm.predict(point)
     assert (tmp_path / "study" / "tiny" / "prediction.csv").read_text() == prediction
 
     table = confirm.compare("tiny", ks=(1, 4))
@@ -164,8 +179,8 @@ def test_stored_points_read_back_when_present():
 
 
 def test_side_arms_run_the_minimum_seeds_only(tmp_path, monkeypatch):
-    p = dataclasses.replace(confirm.point("maze-n0-8-long"), seeds=9)
-    configs = p.configs(tmp_path)
+    point = dataclasses.replace(confirm.point("maze-n0-8-long"), seeds=9)
+    configs = point.configs(tmp_path)
     guarded = [c for c in configs if c.method == "sera-rate-safeguard"]
     assert len(configs) == 2 * 9 + confirm.MIN_SEEDS
     assert sorted(c.seed for c in guarded) == list(range(confirm.MIN_SEEDS))
@@ -177,10 +192,10 @@ def test_an_arm_run_at_every_seed_is_not_a_side_arm(tmp_path):
                                arms=(confirm.Arm("maxrl"), confirm.Arm("sera"), half))
     every = dataclasses.replace(base, arms=(*base.arms[:2],
                                             dataclasses.replace(half, every_seed=True)))
-    for p, seeds in ((base, confirm.MIN_SEEDS), (every, 9)):
-        runs = [(c.seed, c.lr) for c, a in p.runs(tmp_path) if a.tag == "lr-half"]
+    for point, seeds in ((base, confirm.MIN_SEEDS), (every, 9)):
+        runs = [(c.seed, c.lr) for c, a in point.runs(tmp_path) if a.tag == "lr-half"]
         assert runs == [(seed, 1e-4) for seed in range(seeds)]
-        assert sum(a.name == "sera" for _, a in p.runs(tmp_path)) == 9
+        assert sum(a.name == "sera" for _, a in point.runs(tmp_path)) == 9
 
 
 def test_seed_sd_is_the_spread_of_the_per_seed_paired_gains():
@@ -207,9 +222,9 @@ def test_a_calibrated_prediction_sizes_seeds_with_its_own_spread():
     for row in table.itertuples():  # the file rounds gain and sd to 4 decimals
         assert row.seeds_needed == pytest.approx(confirm.seeds_needed(row.gain, row.sd),
                                                  rel=0.03, abs=1)
-    p = confirm.point("maze-n0-8-long")
-    assert confirm.n_seeds(p) == table[(table["arm"] == "sera-rate")
-                                       & (table["k"] == p.k)]["seeds_needed"].iloc[0]
+    point = confirm.point("maze-n0-8-long")
+    assert confirm.n_seeds(point) == table[(table["arm"] == "sera-rate")
+                                       & (table["k"] == point.k)]["seeds_needed"].iloc[0]
 
 
 def test_the_readme_show_command_reads_the_stored_point(capsys):
@@ -232,9 +247,9 @@ def test_the_readme_verify_command_reruns_the_point_it_names(monkeypatch):
     text = (runstore.ROOT / "README.md").read_text()
     command = re.search(r"^python -m sera\.confirm verify .*$", text, re.M).group(0)
     calls = []
-    monkeypatch.setattr(confirm, "verify", lambda p, seeds, runs_dir: calls.append(
-        (p.name, seeds, runs_dir)) or pd.DataFrame())
-    monkeypatch.setattr(confirm, "print_verification", lambda name, table: None)
+    monkeypatch.setattr(confirm.cli, "verify", lambda point, seeds, runs_dir: calls.append(
+        (point.name, seeds, runs_dir)) or pd.DataFrame())
+    monkeypatch.setattr(confirm.cli, "print_verification", lambda name, table: None)
     assert confirm.main(shlex.split(command)[3:]) == 0
     assert calls == [("maze-n0-8", 2, str(confirm.VERIFY_DIR))]
 
@@ -243,8 +258,8 @@ def test_runs_from_another_warm_up_are_never_pooled(tmp_path, monkeypatch):
     """A run whose warm-up fingerprint differs from the other runs', or from the one stored with
     the point, is refused with both fingerprints and the way out; runs stored before
     fingerprints were kept (none recorded) pool with either."""
-    monkeypatch.setattr(confirm, "STUDY_DIR", tmp_path / "study")
-    p = _tiny_point()
+    monkeypatch.setattr(runstore, "STUDY_DIR", tmp_path / "study")
+    point = _tiny_point()
 
     def run_folder(name, warmup):
         folder = tmp_path / "runs" / name
@@ -255,31 +270,31 @@ def test_runs_from_another_warm_up_are_never_pooled(tmp_path, monkeypatch):
         return folder
 
     old, a, b = run_folder("old", None), run_folder("a", "aaaa1111"), run_folder("b", "bbbb2222")
-    assert confirm.warmup_of([old], p) is None
-    assert confirm.warmup_of([old, a], p) == "aaaa1111"
+    assert confirm.warmup_of([old], point) is None
+    assert confirm.warmup_of([old, a], point) == "aaaa1111"
     with pytest.raises(ValueError, match=r"run a started from warm-up aaaa1111, run b from "
                                          r"bbbb2222.*separate point"):
-        confirm.warmup_of([old, a, b], p)
+        confirm.warmup_of([old, a, b], point)
     summary = tmp_path / "study" / "tiny" / "provenance.json"
     summary.parent.mkdir(parents=True)
     summary.write_text(json.dumps({"point": "tiny", "warmup": "bbbb2222", "runs": []}))
     with pytest.raises(ValueError, match=r"the runs stored in .* started from warm-up bbbb2222, "
                                          r"run a from aaaa1111"):
-        confirm.warmup_of([a], p)
-    assert confirm.warmup_of([old, b], p) == "bbbb2222"
+        confirm.warmup_of([a], point)
+    assert confirm.warmup_of([old, b], point) == "bbbb2222"
 
 
 def test_verify_reruns_seeds_from_its_own_warm_up_and_reports_the_verdicts(tmp_path,
                                                                            monkeypatch, capsys):
     """On the machine that trained the stored runs, verify's own warm-up and runs repeat them
     bit for bit, so every verdict holds; nothing new is stored."""
-    p = _registered_tiny_point(tmp_path, monkeypatch)
-    confirm.run(p, tmp_path / "runs", progress=False)
+    point = _registered_tiny_point(tmp_path, monkeypatch)
+    confirm.run(point, tmp_path / "runs", progress=False)
     before = {f.name: f.read_bytes() for f in (tmp_path / "study" / "tiny").rglob("*")
               if f.is_file()}
     with pytest.raises(ValueError, match="seeds must be >= 1"):
-        confirm.verify(p, seeds=0, runs_dir=tmp_path / "verify")
-    table = confirm.verify(p, seeds=1, runs_dir=tmp_path / "verify", ks=(1, 4), progress=False)
+        confirm.verify(point, seeds=0, runs_dir=tmp_path / "verify")
+    table = confirm.verify(point, seeds=1, runs_dir=tmp_path / "verify", ks=(1, 4), progress=False)
     assert set(table["arm"]) == {"sera-rate", "sera-rate-safeguard"} and set(table["k"]) == {1, 4}
     assert (table["seeds"] == 1).all() and (table["identical"] == 1).all()
     assert table["reproduces"].all()
@@ -326,27 +341,27 @@ def test_every_stored_sera_run_is_labelled_by_the_variant_it_ran():
 
 def test_an_arm_that_changes_the_training_is_stored_and_restored_under_its_own_name(
         tmp_path, monkeypatch):
-    p = _registered_tiny_point(tmp_path, monkeypatch)
-    slower = confirm.Arm("sera-rate", changes=(("lr", p.config.lr / 2),
+    point = _registered_tiny_point(tmp_path, monkeypatch)
+    slower = confirm.Arm("sera-rate", changes=(("lr", point.config.lr / 2),
                                                ("allocator.n_min", 3)), tag="slow")
-    p = dataclasses.replace(p, seeds=1, arms=(("maxrl", None), ("sera-rate", None), slower))
-    monkeypatch.setitem(confirm.POINTS, "tiny", p)
-    (config, arm), = [(c, a) for c, a in p.runs(tmp_path / "runs") if a.tag]
-    assert arm.name == "sera-rate slow" and config.lr == p.config.lr / 2
+    point = dataclasses.replace(point, seeds=1, arms=(("maxrl", None), ("sera-rate", None), slower))
+    monkeypatch.setitem(confirm.POINTS, "tiny", point)
+    (config, arm), = [(c, a) for c, a in point.runs(tmp_path / "runs") if a.tag]
+    assert arm.name == "sera-rate slow" and config.lr == point.config.lr / 2
     assert config.allocator.n_min == 3 and Path(config.out).name.startswith("slow_sera-rate_")
-    confirm.run(p, tmp_path / "runs", progress=False)
+    confirm.run(point, tmp_path / "runs", progress=False)
     final = confirm.load("tiny").final
     assert set(final["arm"]) == {"maxrl", "sera-rate", "sera-rate slow"}
-    assert (final.groupby("arm").size() == p.config.n_val).all()  # one row per held-out maze
+    assert (final.groupby("arm").size() == point.config.n_val).all()  # one row per held-out maze
     study = tmp_path / "study" / "tiny"
     before = {f.name: f.read_bytes() for f in study.rglob("*") if f.is_file()}
     shutil.rmtree(config.out)
     monkeypatch.setattr(grid.loop, "fit", lambda study: pytest.fail("a stored run retrained"))
-    assert confirm.store(p, tmp_path / "runs") == 3
+    assert confirm.store(point, tmp_path / "runs") == 3
     assert {f.name: f.read_bytes() for f in study.rglob("*") if f.is_file()} == before
     assert set(confirm.compare("tiny", ks=(1,))["arm"]) == {"sera-rate", "sera-rate slow"}
     with pytest.raises(ValueError, match="names an arm twice"):
-        dataclasses.replace(p, arms=(("maxrl", None), ("maxrl", None)))
+        dataclasses.replace(point, arms=(("maxrl", None), ("maxrl", None)))
 
 
 # The safeguarded arm of maze-n0-8 was predicted by code that no commit holds: the file was
@@ -361,11 +376,11 @@ NOT_FROM_ANY_COMMIT = {("maze-n0-8", "sera-rate-safeguard")}
 def test_a_stored_prediction_recomputes_to_the_same_values(name):
     """The simulator's stored predictions come back to the last printed digit from today's code
     (a change to the simulator must keep them); the two points that take seconds."""
-    p = confirm.point(name)
+    point = confirm.point(name)
     stored = confirm.read_prediction(name)
     header = (confirm.STUDY_DIR / name / "prediction.csv").read_text().splitlines()[0]
     assert "24 repetitions, lr 1.0, from profile.csv" in header
-    recomputed = confirm._arm_gains(p, np.tile(confirm.profile(p), (24, 1)), 1.0)
+    recomputed = confirm.arm_gains(point, np.tile(confirm.profile(point), (24, 1)), 1.0)
     recomputed["seeds_needed"] = [confirm.seeds_needed(g) for g in recomputed["gain"]]
     recomputed = recomputed.round(4)  # as predict writes it
     for arm_name, rows in stored.groupby("arm"):

@@ -1,0 +1,142 @@
+"""Predicted beside measured: each point's gains over MaxRL, the verdicts, and reruns of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sera import runstore
+from sera.results import paired_gain, reproduction
+from sera.studies.confirm import points
+from sera.studies.confirm.points import MIN_SEEDS, Point, builder, read_prediction
+from sera.studies.confirm.storage import load, stored, stored_table
+from sera.tables import with_arm
+from sera.trainers import grid
+from sera.trainers.presets import warmup_fingerprint
+
+
+def default_verify_dir() -> Path:
+    """Where `verify` trains: its own warm-up and runs, apart from the stored point's."""
+    return runstore.RUNS_ROOT / "verify"
+
+
+def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
+    """Predicted beside measured gain over MaxRL per arm and K: the prediction written before
+    the runs, and the stored runs' paired gain with its Student-t interval over seeds."""
+    final = stored_table(name, "final", store_dir).assign(method=lambda t: t["arm"])
+    if (Path(store_dir or runstore.STUDY_DIR) / name / "prediction.csv").exists():
+        prediction = read_prediction(name, store_dir)
+    else:
+        prediction = pd.DataFrame(columns=["arm", "k", "gain", "low", "high", "seeds_needed"])
+    rows = []
+    for treatment in sorted(set(final["method"]) - {"maxrl"}):
+        measured = paired_gain(final, treatment, "maxrl", by=(), ks=ks)
+        for _, m in measured.iterrows():
+            match = prediction[(prediction["arm"] == treatment) & (prediction["k"] == m["k"])]
+            predicted = match.iloc[0] if len(match) else None
+            rows.append({"arm": treatment, "k": int(m["k"]),
+                         "predicted": np.nan if predicted is None else predicted["gain"],
+                         "predicted_low": np.nan if predicted is None else predicted["low"],
+                         "predicted_high": np.nan if predicted is None else predicted["high"],
+                         "measured": m["gain"], "low": m["low"], "high": m["high"],
+                         "seeds": int(m["seeds"]), "per_seed": m["per_seed"]})
+    return pd.DataFrame(rows)
+
+
+def compare_points(names, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
+    """`compare` for every point of `names` that has stored runs, with a point column."""
+    parts = [compare(name, ks, store_dir).assign(point=name) for name in names
+             if (Path(store_dir or runstore.STUDY_DIR) / name / "final.csv.gz").exists()]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["point", "arm", "k"])
+
+
+def status(names=None, store_dir=None) -> pd.DataFrame:
+    """One row per point: runs stored of runs planned, their wall time in hours, and the command
+    that runs (or resumes) the rest."""
+    rows = []
+    for name in names or list(points.POINTS):
+        folder = Path(store_dir or runstore.STUDY_DIR) / name
+        summary = stored(name, store_dir) if (folder / runstore.SUMMARY).exists() else {}
+        point = points.point(name)
+        planned = summary.get("runs_planned")
+        if planned is None:
+            planned = (len(point.configs())
+                       if point.seeds is not None or (folder / "prediction.csv").exists()
+                       else None)
+        rows.append({"point": name, "task": point.task, "n0": point.config.n0,
+                     "steps": point.config.steps, "runs stored": summary.get("runs_stored", 0),
+                     "runs planned": planned,
+                     "wall hours": round(summary.get("wall_s", 0.0) / 3600, 2),
+                     "predicted": (folder / "prediction.csv").exists(),
+                     "command": f"python -m sera.confirm run {name}"})
+    return pd.DataFrame(rows)
+
+
+def verdicts(names=None, arms=("sera", "sera-rate", "sera-rate-safeguard"), store_dir=None
+             ) -> pd.DataFrame:
+    """One row per stored point, arm and K (Pass@1 and the K the point was sized for): the
+    point's task, N0, steps and seeds, the predicted and measured gain over MaxRL in points with
+    the measured 95% interval over seeds, and the verdict: ahead or behind where the interval
+    excludes zero, level otherwise, and whether the prediction lies inside the interval. An arm
+    with fewer than MIN_SEEDS paired seeds stored (a point whose runs are still landing) gets no
+    verdict."""
+    names = list(points.POINTS) if names is None else list(names)
+    table = compare_points(names, store_dir=store_dir)
+    rows = []
+    for row in table.itertuples():
+        point = points.point(row.point)
+        if row.arm not in arms or row.k not in (1, point.k) or row.seeds < MIN_SEEDS:
+            continue
+        side = "ahead" if row.low > 0 else "behind" if row.high < 0 else "level"
+        held = row.low <= row.predicted <= row.high
+        rows.append({"point": row.point, "task": point.task, "n0": point.config.n0,
+                     "steps": point.config.steps, "arm": row.arm, "seeds": row.seeds,
+                     "k": row.k, "predicted": round(100 * row.predicted, 1),
+                     "measured": f"{100 * row.measured:+.1f} [{100 * row.low:+.1f}, "
+                                 f"{100 * row.high:+.1f}]",
+                     "verdict": f"{side}, {'as predicted' if held else 'not as predicted'}"})
+    return pd.DataFrame(rows)
+
+
+def verify(point: Point, seeds: int = 2, runs_dir=None, ks=(1, 8, 32, 128),
+           progress: bool = True) -> pd.DataFrame:
+    """Rerun the first `seeds` seeds of every arm of a stored point on this machine, from a
+    warm-up trained here, and say whether the stored conclusions hold (`results.reproduction`
+    per arm against MaxRL and K). Nothing is stored: the runs stay in runs_dir/<point>/
+    (runs_dir: default_verify_dir())."""
+    if not (runstore.STUDY_DIR / point.name / "final.csv.gz").exists():
+        raise FileNotFoundError(f"{point.name!r} has no stored runs to verify")
+    seeds = int(seeds)
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    configs = [c for c in point.configs(runs_dir or default_verify_dir()) if c.seed < seeds]
+    grid.run_grid(configs, builder(point.task), progress=progress, share=True,
+                  desc=f"verify {point.name}")
+    new = with_arm(pd.concat([pd.read_csv(Path(c.out) / runstore.FINAL) for c in configs],
+                             ignore_index=True))
+    old = load(point.name).final
+    parts = [reproduction(old.assign(method=old["arm"]), new.assign(method=new["arm"]),
+                          treatment, "maxrl", ks=ks).assign(arm=treatment)
+             for treatment in sorted(set(new["arm"]) - {"maxrl"})]
+    table = pd.concat(parts, ignore_index=True)
+    table["warmup"] = warmup_fingerprint(configs[0])
+    table["stored_warmup"] = stored(point.name).get("warmup")
+    return table
+
+
+def print_verification(name: str, table: pd.DataFrame) -> None:
+    """The verdicts of `verify`, one line per arm and K, then the summary."""
+    print(f"{name}: {table['seeds'].iloc[0]} new seeds per arm against the stored runs "
+          f"(warm-up {table['warmup'].iloc[0]}, stored {table['stored_warmup'].iloc[0]})")
+    shown = table.assign(new_per_seed=table["new_per_seed"].map(
+        lambda g: " ".join(f"{x:+.3f}" for x in g)))
+    print(shown[["arm", "k", "verdict", "stored_gain", "stored_low", "stored_high",
+                 "new_gain", "new_per_seed", "inside", "same_sign", "reproduces",
+                 "identical"]].round(3).to_string(index=False))
+    held = int(table["reproduces"].sum())
+    print(f"{held} of {len(table)} stored conclusions reproduce (same sign of the gain, every "
+          f"new seed inside the stored spread); {int(table['identical'].min())} of "
+          f"{table['seeds'].iloc[0]} seeds bitwise identical to the stored runs")
