@@ -1,8 +1,12 @@
 """Fixed-budget rollout allocation: the waterline, integerization, the observability safeguard.
 
 Derived in notebooks/02_waterline_allocation.ipynb (waterline, rounding) and
-notebooks/03_allocation_vs_success.ipynb (safeguard). All arrays are numpy; one call handles 10^6
-prompts in about the time of a sort.
+notebooks/03_allocation_vs_success.ipynb (safeguard). All arrays are numpy, one value per prompt;
+docs/speed.md says what benchmarks/allocation_speed.py measures of their speed.
+
+Names: a *rule* (RULES) is how one batch's counts are set, what `allocate(rule=...)` takes; a
+*method* (sera.methods.METHODS) is a whole training method, which plans with a rule
+(`sera.method_plan` gives a method's own plan).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sera import _checks
-from sera.baselines import RULES
+from sera.baselines import BASELINE_RULES
 from sera.counts import (  # noqa: F401 (Allocation, from_counts: public here too)
     WATERLINE,
     Allocation,
@@ -26,10 +30,26 @@ from sera.counts import (  # noqa: F401 (Allocation, from_counts: public here to
 from sera.safeguard import largest_observable_prefix
 from sera.waterfill import hazard, round_exact, round_paper, solve
 
-BASELINES = tuple(RULES)  # the one-shot rules SERA is compared with (sera.baselines)
-METHODS = (*WATERLINE, "uniform", *BASELINES)
-__all__ = ["METHODS", "Allocation", "Waterline", "allocate", "from_counts", "uniform",
+SELECTABLE = (*WATERLINE, "uniform")
+"""The rules the observability safeguard (u_min) applies to."""
+RULES = tuple(_checks.registry(((name, None) for name in (*SELECTABLE, *BASELINE_RULES)),
+                               "allocation rule"))
+"""Every rule `allocate` knows: the waterline's (paper, exact), uniform, and the one-shot rules
+SERA is compared with (sera.baselines.BASELINE_RULES)."""
+__all__ = ["RULES", "Allocation", "Waterline", "allocate", "from_counts", "uniform",
            "waterline"]
+_OLD_NAMES = {"METHODS": "sera.allocation.RULES",
+              "BASELINES": "tuple(sera.baselines.BASELINE_RULES)"}
+
+
+def __getattr__(name):
+    # Older names of the rule lists, kept for code written against them.
+    if name in _OLD_NAMES:
+        warnings.warn(f"sera.allocation.{name} is spelled {_OLD_NAMES[name]} "
+                      f"(sera.methods.METHODS are the training methods)", DeprecationWarning,
+                      stacklevel=2)
+        return RULES if name == "METHODS" else tuple(BASELINE_RULES)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Waterline(NamedTuple):
@@ -79,17 +99,17 @@ def waterline(p, budget, n_min=2, n_max=None) -> Waterline:
     return Waterline(solution.counts, solution.lam)
 
 
-def _counts(p, budget, lo, hi, method, n0=None):
-    """Integer counts, continuous counts and lam of `method` for one retained set of prompts
+def _counts(p, budget, lo, hi, rule, n0=None):
+    """Integer counts, continuous counts and lam of `rule` for one retained set of prompts
     (n0: the uniform count, for DARS)."""
-    if method == "uniform":
+    if rule == "uniform":
         counts = even_split(budget, p.size)
         return counts, counts.astype(float), math.nan
-    if method in RULES:
-        counts = RULES[method](p, budget, lo, hi, n0 if n0 is not None else budget / p.size)
+    if rule in BASELINE_RULES:
+        counts = BASELINE_RULES[rule](p, budget, lo, hi, n0 if n0 is not None else budget / p.size)
         return counts, counts.astype(float), math.nan
-    solution = solve(hazard(p), budget, lo, hi, bracket=method == "exact")
-    if method == "paper":
+    solution = solve(hazard(p), budget, lo, hi, bracket=rule == "exact")
+    if rule == "paper":
         counts = round_paper(solution, budget, hi)
     else:
         counts = round_exact(solution, budget, lo, hi)
@@ -99,26 +119,43 @@ def _counts(p, budget, lo, hi, method, n0=None):
 # ----------------------------------------------------------------------------- public entry
 
 
-def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=0.0) -> Allocation:
-    """Allocate an integer rollout budget over a batch of prompts with success probabilities p
-    (B,): an Allocation whose counts, weights and retained are (B,), counts summing to budget.
+def allocate(p, budget, n_min=2, n_max=None, rule="paper", n0=None, u_min=0.0, *,
+             method=None) -> Allocation:
+    """Allocate an integer rollout budget over a batch of prompts by one rule.
 
-    method: "paper" (waterline, floor, then the smallest one-increment fidelity errors),
-        "exact" (the lexicographically max-min integer allocation), "uniform" (budget / B each),
-        or a rule SERA is compared with (sera.baselines): "knapsack", "gvm", "dars-hw",
-        "dars-et". Every method meets the budget exactly and the bounds too, except "gvm",
-        which has none (as its authors' code: p = 0 gets 0 rollouts).
-    n0: reference count of the multiplicity weights n0 / N_q; defaults to budget / len(p).
-    u_min: the observability safeguard (waterline and uniform methods). Prompts are ranked by
+    p : (B,) success probabilities (or estimates) in [0, 1].
+    budget : the total rollouts M; counts (B,) sum to it exactly.
+    n_min, n_max : per-prompt bounds (n_max None: no bound beyond the budget).
+    rule : one of RULES. "paper" (waterline, floor, then the smallest one-increment fidelity
+        errors), "exact" (the lexicographically max-min integer allocation), "uniform"
+        (budget / B each), or a rule SERA is compared with (sera.baselines): "knapsack", "gvm",
+        "dars-hw", "dars-et". Every rule meets the budget exactly and the bounds too, except
+        "gvm", which has none (as its authors' code: p = 0 gets 0 rollouts).
+    n0 : reference count of the multiplicity weights n0 / N_q; defaults to budget / B.
+    u_min : the observability safeguard (rules in SELECTABLE). Prompts are ranked by
         U(p, n_max), highest first, and the largest capacity-feasible prefix whose prompts all
         have U(p_q, N_q) >= u_min is retained; if none passes, the top ceil(budget / n_max)
-        prompts are kept and `fallback` is True. 0 (the default) turns the safeguard off, as
-        everywhere in the package (None, an older spelling, still does, with a warning).
-    Derivations: notebooks/02_waterline_allocation.ipynb, notebooks/03_allocation_vs_success.ipynb.
+        prompts are kept and `fallback` is True. 0.0 (the default) turns the safeguard off, as
+        everywhere in the package.
+    method : the older name of `rule` (deprecated).
+
+    Returns an Allocation whose counts, weights and retained are (B,). This is the bare
+    allocator: a training method's own plan (its rule, selection and bound) is
+    sera.method_plan. Derivations: notebooks/02_waterline_allocation.ipynb,
+    notebooks/03_allocation_vs_success.ipynb.
     """
+    argument = "rule"
+    if method is not None:
+        warnings.warn(f"allocate(method={method!r}) is spelled allocate(rule={method!r}) "
+                      f"(a method is a training method, sera.methods.METHODS)",
+                      DeprecationWarning, stacklevel=2)
+        if rule != "paper":
+            raise TypeError(f"give the rule once, as rule=; got rule={rule!r} and "
+                            f"method={method!r}")
+        rule, argument = method, "method"
     p = _checks.batch_probabilities(p)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if rule not in RULES:
+        raise ValueError(f"{argument} must be one of {RULES}, got {rule!r}")
     budget, lo, hi = _bounds(p.size, budget, n_min, n_max)
     n0 = budget / p.size if n0 is None else _checks.real(n0, "n0", 0.0, math.inf, low_open=True)
     if u_min is None:
@@ -127,16 +164,17 @@ def allocate(p, budget, n_min=2, n_max=None, method="paper", n0=None, u_min=0.0)
         u_min = 0.0
     u_min = _checks.real(u_min, "u_min", 0.0, 1.0)
     if u_min == 0:
-        counts, continuous, lam = _counts(p, budget, lo, hi, method, n0=n0)
-        return assemble(p, None, counts, continuous, lam, False, method, n0)
-    if method in BASELINES:
-        raise ValueError(f"u_min (the observability safeguard) applies to the methods "
-                         f"{(*WATERLINE, 'uniform')}, got method={method!r}")
+        counts, continuous, lam = _counts(p, budget, lo, hi, rule, n0=n0)
+        return assemble(p, None, counts, continuous, lam, False, rule, n0)
+    if rule not in SELECTABLE:
+        raise ValueError(f"u_min (the observability safeguard) applies to the rules "
+                         f"{SELECTABLE}, got rule={rule!r}")
     kept, (counts_kept, continuous_kept, lam), fallback = largest_observable_prefix(
-        p, budget, lo, n_max, partial(_counts, method=method), u_min)
-    return assemble(p, kept, counts_kept, continuous_kept, lam, fallback, method, n0)
+        p, budget, lo, n_max, partial(_counts, rule=rule), u_min)
+    return assemble(p, kept, counts_kept, continuous_kept, lam, fallback, rule, n0)
 
 
 def uniform(p, budget, n_min=2, n_max=None, n0=None) -> Allocation:
-    """Uniform allocation: budget // B rollouts each, the remainder to the first prompts."""
-    return allocate(p, budget, n_min=n_min, n_max=n_max, method="uniform", n0=n0)
+    """Uniform allocation of p (B,): budget // B rollouts each, the remainder to the first
+    prompts; allocate(rule="uniform")."""
+    return allocate(p, budget, n_min=n_min, n_max=n_max, rule="uniform", n0=n0)

@@ -1,10 +1,10 @@
 """One-shot rollout allocators SERA is compared with, as one table of rules.
 
-Each rule is a function (p, budget, n_min, n_max, n0) -> integer counts with sum M = budget and
-n_min <= N_q <= n_max, like SERA's waterline; `RULES` maps its name to it and
-sera.allocate(method=NAME) reads the table, so a new one-shot allocator is one function and one
-entry. Rules and sources are in docs/baselines.md; notebooks/06_allocators_compared.ipynb
-draws them on one batch.
+Each rule is a function (p, budget, n_min, n_max, n0) -> integer counts, p (B,) -> counts (B,)
+with sum M = budget and n_min <= N_q <= n_max, like SERA's waterline; `BASELINE_RULES` maps its
+name to it and sera.allocate(rule=NAME) reads the table (sera.allocation.RULES lists every rule
+allocate knows), so a new one-shot allocator is one function and one entry. Rules and sources are
+in docs/baselines.md; notebooks/06_allocators_compared.ipynb draws them on one batch.
 
 - `knapsack` (Knapsack RL, as its `sampling_budget_by_knapsack` allocates with its defaults):
   n_min each, a dynamic programme over the extra rollouts of the prompts with 0 < p < 1, and a
@@ -18,6 +18,7 @@ draws them on one batch.
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 
 import numpy as np
@@ -29,7 +30,8 @@ KNAPSACK_ALPHA = 0.9
 """Knapsack RL's confidence level in its cost rule: cost = log(1 - alpha) / log(max(p, 1 - p))."""
 PROGRAMME_LIMIT = 50_000_000
 """Above this many table entries (prompts x budget x extra rollouts) the knapsack programme's
-optimum is taken by marginal gains instead (a few seconds of table at the limit)."""
+optimum is taken by marginal gains instead, which reach the same summed value
+(tests/test_baselines.py); benchmarks/allocation_speed.py times the rule on a large batch."""
 
 
 def knapsack(p, budget: int, n_min: int, n_max: int, n0: float) -> np.ndarray:
@@ -290,10 +292,20 @@ def dars(p, budget: int, n_min: int, n_max: int, n0: float, schedule: str) -> np
     return proportional(weights, budget, n_min, n_max)[0]
 
 
-RULES = _checks.registry([
+BASELINE_RULES = _checks.registry([
     ("knapsack", knapsack),
     ("gvm", gvm),
     ("dars-hw", partial(dars, schedule="hw")),
     ("dars-et", partial(dars, schedule="et")),
 ], "allocation rule")
 """The one-shot rules SERA is compared with: name -> (p, budget, n_min, n_max, n0) -> counts."""
+
+
+def __getattr__(name):
+    # The table's older name, kept for code written against it.
+    if name == "RULES":
+        warnings.warn("sera.baselines.RULES is spelled sera.baselines.BASELINE_RULES "
+                      "(sera.allocation.RULES lists every rule name)", DeprecationWarning,
+                      stacklevel=2)
+        return BASELINE_RULES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,12 +7,25 @@ measured in notebooks/04_gradient_cosine_study.ipynb.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from sera import _checks
 from sera.timing import timed
 
-RULES = ("rate", "counts")
+HISTORY_RULES = ("rate", "counts")
+"""How an epoch's outcomes enter the estimate (SuccessHistory's rule, AllocatorConfig's
+history_rule)."""
+
+
+def __getattr__(name):
+    # The older name of HISTORY_RULES (a rule alone is an allocation rule, sera.allocation.RULES).
+    if name == "RULES":
+        warnings.warn("sera.history.RULES is spelled sera.history.HISTORY_RULES",
+                      DeprecationWarning, stacklevel=2)
+        return HISTORY_RULES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class SuccessHistory:
@@ -29,11 +42,13 @@ class SuccessHistory:
       s <- gamma s + weight * rate, f <- gamma f + weight * (1 - rate). How many rollouts a prompt
       got does not change how much its epoch counts, so a prompt that SERA gives 2 rollouts an
       epoch is not dominated by old epochs in which it got many; but an epoch of 2 rollouts
-      moves the estimate as much as one of 16, and an always-failing prompt rests at 1/34.
+      moves the estimate as much as one of 16, and an always-failing prompt rests at
+      alpha / (alpha + beta + weight / (1 - gamma)) (1/34 at the defaults).
 
-    gamma 0.5 and the rate rule's weight 16 come from notebook 04's estimator study.
-    A prompt becomes available once at least one of its outcomes has been folded in; the prior
-    alone does not make it available.
+    Notebook 04's estimator study measures the choice of gamma and weight (the defaults 0.5
+    and 16). Every per-prompt array is indexed by prompt id, (n_prompts,); a query for B
+    prompt ids returns (B,) arrays. A prompt becomes available once at least one of its
+    outcomes has been folded in; the prior alone does not make it available.
     """
 
     def __init__(self, n_prompts: int, gamma: float = 0.5, alpha: float = 1.0, beta: float = 1.0,
@@ -42,8 +57,8 @@ class SuccessHistory:
         self.gamma = _checks.real(gamma, "gamma", 0.0, 1.0)
         self.alpha = _checks.real(alpha, "alpha", 0.0, np.inf, low_open=True)
         self.beta = _checks.real(beta, "beta", 0.0, np.inf, low_open=True)
-        if rule not in RULES:
-            raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+        if rule not in HISTORY_RULES:
+            raise ValueError(f"rule must be one of {HISTORY_RULES}, got {rule!r}")
         self.rule = rule
         self.weight = _checks.real(weight, "weight", 0.0, np.inf, low_open=True)
         self.successes = np.zeros(self.n_prompts)
@@ -67,7 +82,8 @@ class SuccessHistory:
 
     @timed
     def record(self, prompt_ids, rewards) -> None:
-        """Queue one outcome per response (reward in [0, 1]) for the next epoch boundary."""
+        """Queue one outcome per response for the next epoch boundary: prompt_ids (R,) and
+        rewards (R,) in [0, 1], one entry per response (any order; repeats add up)."""
         ids = self._ids(prompt_ids)
         rewards = _checks.probabilities(rewards, "rewards")
         rewards = np.asarray(rewards, dtype=float).reshape(-1)
@@ -79,7 +95,8 @@ class SuccessHistory:
 
     @timed
     def record_groups(self, prompt_ids, successes, trials) -> None:
-        """Queue whole groups: `successes` out of `trials` rollouts per prompt (trials 0: none)."""
+        """Queue whole groups: prompt_ids, successes and trials all (B,), `successes` out of
+        `trials` rollouts per prompt (trials 0: none)."""
         ids = self._ids(prompt_ids)
         successes = np.asarray(successes, dtype=float).reshape(-1)
         trials = np.asarray(trials, dtype=float).reshape(-1)
@@ -112,7 +129,7 @@ class SuccessHistory:
 
     @timed
     def estimate(self, prompt_ids=None):
-        """(p_hat, available) for the given prompts (all prompts when None)."""
+        """(p_hat, available), both (B,), for the B given prompt ids (all prompts when None)."""
         ids = np.arange(self.n_prompts) if prompt_ids is None else self._ids(prompt_ids)
         s, f = self.successes[ids], self.failures[ids]
         p_hat = (s + self.alpha) / (s + f + self.alpha + self.beta)
@@ -120,15 +137,16 @@ class SuccessHistory:
 
     @timed
     def posterior(self, prompt_ids=None):
-        """(a, b) of each prompt's Beta posterior: a = s + alpha, b = f + beta."""
+        """(a, b), both (B,): each given prompt's Beta posterior, a = s + alpha,
+        b = f + beta (all prompts when None)."""
         ids = np.arange(self.n_prompts) if prompt_ids is None else self._ids(prompt_ids)
         return self.successes[ids] + self.alpha, self.failures[ids] + self.beta
 
     @timed
     def last_rates(self, prompt_ids=None):
-        """(rate, available): each prompt's raw success rate in the last epoch it was seen (its
-        successes over its rollouts, 0 and 1 included), the estimate Knapsack RL, GVM and DARS
-        plan from; available once an epoch with the prompt has been folded in."""
+        """(rate, available), both (B,): each prompt's raw success rate in the last epoch it was
+        seen (its successes over its rollouts, 0 and 1 included), the estimate Knapsack RL, GVM
+        and DARS plan from; available once an epoch with the prompt has been folded in."""
         ids = np.arange(self.n_prompts) if prompt_ids is None else self._ids(prompt_ids)
         rate = self.last_rate[ids]
         available = ~np.isnan(rate)

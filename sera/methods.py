@@ -17,7 +17,8 @@ an abstract.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -37,13 +38,14 @@ from sera.history import SuccessHistory
 from sera.timing import timed
 
 U_MIN = 0.05
-"""The paper's SERA keeps a prompt only while its group is at least this likely to be mixed,
-U(p_hat, N_q) >= U_MIN. The paper gives no value and reports that every candidate prompt stayed
-active in the windows it analysed (D.2.5); 0.05 drops only prompts whose estimate says fewer than
-one group in 20 would carry a signal. Under the counts rule (gamma 0.5, Beta(1, 1)) an estimate
-reaches that region only after an epoch of many rollouts all alike, so it rarely binds."""
+"""The selection threshold of the paper's SERA: a prompt is kept only while its group is at least
+this likely to be mixed, U(p_hat, N_q) >= U_MIN, so prompts whose estimate says fewer than one
+group in 20 would carry a signal are dropped. The paper gives no value and reports that every
+candidate prompt stayed active in the windows it analysed (D.2.5). How often it binds on the
+stored runs is measured by sera.studies.diagnosis.selection_binding (tests/test_diagnosis.py)."""
 SAFEGUARD = 0.3
-"""u_min of the package's `sera-rate-safeguard` variant: a strong filter, not the paper's."""
+"""The selection threshold of the package's `sera-rate-safeguard` variant: a strong filter, not
+the paper's."""
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,11 @@ class Method:
     estimates: str
     """Where the success estimates come from: none, exact (the task knows p) or history."""
     allocator: str
-    """none (no rollouts: the exact likelihood), uniform (n0 each), waterline (SERA), a rule of
-    sera.allocate (knapsack, gvm, dars-hw, dars-et), cero (stateful) or reweight (uniform counts,
-    responses weighted 1 / kappa(p_hat, n0))."""
+    """How the method gets its counts: a rule of sera.allocation.RULES (uniform: n0 each;
+    knapsack, gvm, dars-hw, dars-et), waterline (SERA: the waterline rule the AllocatorConfig's
+    rounding names, paper or exact), none (no rollouts: the exact likelihood), cero (stateful),
+    reweight (uniform counts, responses weighted 1 / kappa(p_hat, n0)) or sequential (its
+    protocol sets the counts)."""
     advantages: Callable | None
     """Per-response advantages from (rewards, sizes=group sizes); None for the exact loss."""
     summary: str
@@ -78,9 +82,10 @@ class Method:
     history_rule: str = "counts"
     """How an epoch's outcomes enter the smoothed estimate (sera.SuccessHistory): counts (the
     paper's C.1) or rate (the package's variant). An AllocatorConfig that sets one overrides it."""
-    u_min: float | None = None
-    """The method's own observability threshold (waterline methods; None: no selection). An
-    AllocatorConfig that sets one overrides it."""
+    selection: float = 0.0
+    """The method's own observability threshold u_min (waterline methods): a prompt is kept
+    while U(p_hat, N_q) >= selection; 0.0: no selection, as everywhere in the package. An
+    AllocatorConfig whose u_min is set (not None) overrides it."""
 
     @property
     def maxrl(self) -> bool:
@@ -90,6 +95,14 @@ class Method:
         while isinstance(advantages, partial):
             advantages = advantages.func
         return advantages is maxrl_advantages
+
+    @property
+    def u_min(self) -> float | None:
+        """The older spelling of `selection`, with None for no selection (deprecated)."""
+        warnings.warn("Method.u_min is spelled Method.selection, 0.0 for no selection "
+                      "(None only in the tables' u_min column, where no threshold was applied)",
+                      DeprecationWarning, stacklevel=2)
+        return self.selection or None
 
 
 def raft_advantages(rewards, groups=None, *, sizes=None):
@@ -121,15 +134,16 @@ def _own_entries():
                  "RLOO: n0 rollouts each, leave-one-out baseline")
     yield Method("sera", "history", "waterline", maxrl_advantages,
                  "SERA as the paper runs it: waterline on discounted success and failure counts, "
-                 f"prompts kept while U >= {U_MIN}, MaxRL advantages x n0 / N_q", u_min=U_MIN)
+                 f"prompts kept while U >= {U_MIN}, MaxRL advantages x n0 / N_q", selection=U_MIN)
     yield Method("sera-oracle", "exact", "waterline", maxrl_advantages,
-                 "SERA on the exact success probabilities (tasks that know p)", u_min=U_MIN)
+                 "SERA on the exact success probabilities (tasks that know p)",
+                 selection=U_MIN)
     yield Method("sera-rate", "history", "waterline", maxrl_advantages,
                  "the package's SERA variant: estimates from the rate rule (an epoch counts as "
                  "16 trials), no prompt selection", history_rule="rate")
     yield Method("sera-rate-safeguard", "history", "waterline", maxrl_advantages,
                  f"sera-rate with prompts kept while U >= {SAFEGUARD} (a strong filter)",
-                 history_rule="rate", u_min=SAFEGUARD)
+                 history_rule="rate", selection=SAFEGUARD)
     yield Method("reweight", "history", "reweight", maxrl_advantages,
                  "inverse-fidelity reweighting: n0 each, MaxRL x 1 / kappa(p_hat, n0) on the "
                  "rate rule's estimates", history_rule="rate")
@@ -183,7 +197,12 @@ def _compared_entries():
                  "RL2ML's alpha = 2 estimator (reconstruction), n0 each")
 
 
-METHODS: dict[str, Method] = _checks.registry(((m.name, m) for m in _entries()), "method")
+def table(methods: Iterable[Method]) -> dict[str, Method]:
+    """name -> Method in order; a name given twice is refused with a ValueError naming it."""
+    return _checks.registry(((m.name, m) for m in methods), "method")
+
+
+METHODS: dict[str, Method] = table(_entries())
 
 
 def supported(exact: bool) -> tuple[str, ...]:
@@ -248,7 +267,7 @@ def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndar
     else:
         rule = allocator.rounding if method.allocator == "waterline" else method.allocator
         u_min = allocator.u_min if method.allocator == "waterline" else 0.0
-        result = allocate(estimates, budget, method=rule, u_min=u_min, **bounds)
+        result = allocate(estimates, budget, rule=rule, u_min=u_min, **bounds)
     if not method.weighted:
         result = replace(result, weights=(result.counts > 0).astype(float))
     return result

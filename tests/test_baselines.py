@@ -17,7 +17,7 @@ wide = st.one_of(st.floats(-17, -1).map(lambda e: 10.0**e),
                  st.sampled_from([0.0, 1.0]))
 
 
-@pytest.mark.parametrize("method, expected", [
+@pytest.mark.parametrize("rule, expected", [
     ("exact", [31, 13, 7, 4, 3, 2, 2, 2]),
     ("paper", [32, 14, 7, 3, 2, 2, 2, 2]),
     ("knapsack", [2, 7, 16, 13, 9, 7, 7, 3]),
@@ -25,23 +25,23 @@ wide = st.one_of(st.floats(-17, -1).map(lambda e: 10.0**e),
     ("dars-hw", [32, 14, 7, 3, 2, 2, 2, 2]),
     ("dars-et", [31, 13, 7, 4, 3, 2, 2, 2]),
 ])
-def test_the_reference_batch(method, expected):
+def test_the_reference_batch(rule, expected):
     # The same batch under each rule, as docs/baselines.md shows it (B = 8, M = 64,
     # 2 <= N <= 32).
-    np.testing.assert_array_equal(sera.allocate(BATCH, 64, 2, 32, method=method).counts, expected)
+    np.testing.assert_array_equal(sera.allocate(BATCH, 64, 2, 32, rule=rule).counts, expected)
 
 
 @given(st.lists(wide, min_size=1, max_size=40), st.integers(2, 3), st.integers(0, 10),
        st.sampled_from(["knapsack", "gvm", "dars-hw", "dars-et"]), st.data())
-def test_every_rule_meets_budget_and_bounds(p, n_min, width, method, data):
+def test_every_rule_meets_budget_and_bounds(p, n_min, width, rule, data):
     p = np.array(p)
     n_max = n_min + width
     budget = data.draw(st.integers(p.size * n_min, p.size * n_max))
-    result = sera.allocate(p, budget, n_min, n_max, method=method)
+    result = sera.allocate(p, budget, n_min, n_max, rule=rule)
     assert result.counts.sum() == budget
     kept = result.retained
     np.testing.assert_allclose(result.counts[kept] * result.weights[kept], budget / p.size)
-    if method == "gvm":  # no bounds, as its authors' code; p = 0 gets nothing
+    if rule == "gvm":  # no bounds, as its authors' code; p = 0 gets nothing
         assert result.counts.min() >= 0
         if (p > 0).any():
             assert (result.counts[p == 0] == 0).all()
@@ -62,7 +62,7 @@ def test_every_rule_meets_budget_and_bounds(p, n_min, width, method, data):
     ([0.0, 0.0, 0.0], 12, [4, 4, 4]),
 ])
 def test_gvm_follows_its_authors_script(p, budget, expected):
-    np.testing.assert_array_equal(sera.allocate(p, budget, 2, 32, method="gvm").counts, expected)
+    np.testing.assert_array_equal(sera.allocate(p, budget, 2, 32, rule="gvm").counts, expected)
 
 
 def test_dars_top_ups_follow_the_schedules():
@@ -139,7 +139,7 @@ def test_knapsack_matches_the_worked_example_of_its_authors_rule():
     # rates (0, 0, 0, 0, 0, .125, .25, 0), n0 = 8, max_n = 16 x 8: costs 17 and 8, so 48 - 25 =
     # 23 rollouts go to the six p = 0 prompts (4, 4, 4, 4, 4, 3) and 25 to the programme
     # (15 and 10 extra).
-    counts = sera.allocate([0, 0, 0, 0, 0, 0.125, 0.25, 0], 64, 2, 128, method="knapsack").counts
+    counts = sera.allocate([0, 0, 0, 0, 0, 0.125, 0.25, 0], 64, 2, 128, rule="knapsack").counts
     np.testing.assert_array_equal(counts, [6, 6, 6, 6, 6, 17, 12, 5])
 
 
@@ -150,7 +150,7 @@ def test_knapsack_reproduces_its_authors_rule_on_rates_of_sixteen_rollouts():
         b = int(rng.integers(2, 11))
         n0 = int(rng.choice([4, 8]))
         rates = rng.integers(0, 17, b) / 16
-        ours = sera.allocate(rates, b * n0, 2, 16 * n0, method="knapsack").counts
+        ours = sera.allocate(rates, b * n0, 2, 16 * n0, rule="knapsack").counts
         try:
             original = np.array(_original_knapsack(list(rates), n0, 2, 16 * n0))
         except ZeroDivisionError:  # every prompt has 0 < p < 1 and the costs leave a surplus
@@ -169,7 +169,7 @@ def test_knapsack_reproduces_its_authors_rule_on_rates_of_sixteen_rollouts():
 
 
 def test_knapsack_never_raises_in_range_and_keeps_the_bounds():
-    counts = sera.allocate([0, 1, 1, 1], 32, n_max=16, method="knapsack").counts
+    counts = sera.allocate([0, 1, 1, 1], 32, n_max=16, rule="knapsack").counts
     assert counts.sum() == 32 and counts.max() <= 16 and counts[0] == 16
 
 
@@ -200,7 +200,7 @@ def test_proportional_rules_follow_their_weights():
     counts, continuous = baselines.proportional(baselines.dars_weights(p, 100, "hw"), 400, 2,
                                                 1000)
     np.testing.assert_allclose(continuous / continuous[-1], [50, 5, 1 / 0.6, 1], rtol=1e-9)
-    np.testing.assert_array_equal(sera.allocate(p, 400, 2, 1000, method="dars-hw").counts,
+    np.testing.assert_array_equal(sera.allocate(p, 400, 2, 1000, rule="dars-hw").counts,
                                   counts)
     et = baselines.dars_weights(np.array([0.0, 0.25, 0.5, 0.9]), n0=8, schedule="et")
     np.testing.assert_allclose(et, [1 / (4 * (0.5 / 8) * (1 - 0.5 / 8)), 4 / 3, 1, 1])
@@ -209,12 +209,12 @@ def test_proportional_rules_follow_their_weights():
 
 
 def test_baselines_refuse_the_safeguard_and_bad_input():
-    with pytest.raises(ValueError, match="u_min .* applies to the methods"):
-        sera.allocate(BATCH, 64, 2, 32, method="knapsack", u_min=0.3)
+    with pytest.raises(ValueError, match="u_min .* applies to the rules"):
+        sera.allocate(BATCH, 64, 2, 32, rule="knapsack", u_min=0.3)
     with pytest.raises(ValueError, match="budget=300 is infeasible"):
-        sera.allocate(BATCH, 300, 2, 32, method="gvm")
+        sera.allocate(BATCH, 300, 2, 32, rule="gvm")
     with pytest.raises(ValueError, match=r"p must lie in \[0, 1\]"):
-        sera.allocate([0.2, 1.2], 8, method="dars-et")
+        sera.allocate([0.2, 1.2], 8, rule="dars-et")
 
 
 def test_rl2ml_family_contains_maxrl_and_plain_rl():
@@ -270,5 +270,5 @@ def test_large_batches_reach_the_programmes_total_by_marginal_gains():
         greedy, left = baselines._knapsack_greedy(p, budget, 2, room)
         assert left == 0 and greedy.sum() == budget and greedy.max() <= room
         assert _scored(rates, greedy) == pytest.approx(_scored(rates, table), rel=1e-5)
-    big = sera.allocate(rng.uniform(0, 1, 100_000), 800_000, 2, 64, method="knapsack").counts
+    big = sera.allocate(rng.uniform(0, 1, 100_000), 800_000, 2, 64, rule="knapsack").counts
     assert big.sum() == 800_000 and big.min() >= 2 and big.max() <= 64

@@ -38,10 +38,10 @@ def test_plan_falls_back_to_uniform_until_every_prompt_is_seen():
                             *methods.estimate(sera_method, history, ids))
 
     allocation = plan([0, 1, 3])
-    assert allocation.fallback and allocation.method == "uniform"
+    assert allocation.fallback and allocation.rule == "uniform"
     np.testing.assert_array_equal(allocation.counts, [8, 8, 8])
     allocation = plan([0, 1, 2])
-    assert not allocation.fallback and allocation.method == "paper"
+    assert not allocation.fallback and allocation.rule == "paper"
     assert allocation.counts[1] > allocation.counts[0]  # the prompt that failed gets more
 
 

@@ -78,7 +78,7 @@ def test_sera_falls_back_until_its_prompts_are_seen():
     ids = np.arange(5)
     allocation = plan(METHODS["sera"], AllocatorConfig(), 4, ids,
                       *estimate(METHODS["sera"], history, ids))
-    assert allocation.method == "uniform" and allocation.fallback
+    assert allocation.rule == "uniform" and allocation.fallback
 
 
 def test_the_same_name_means_the_same_thing_everywhere():

@@ -11,7 +11,7 @@ import sera
 from sera.allocation import _counts
 
 
-def every_prefix(p, budget, n_min, n_max, method, u_min):
+def every_prefix(p, budget, n_min, n_max, rule, u_min):
     """The specification: rank by U(p, n_max), try each capacity-feasible prefix from the largest
     down, allocate the whole budget over it, keep the first whose prompts all reach u_min; if none
     does, keep the top ceil(budget / n_max). Returns (counts over the batch, fallback)."""
@@ -22,7 +22,7 @@ def every_prefix(p, budget, n_min, n_max, method, u_min):
         kept = order[:size]
         bound = n_max if n_max is not None else budget - (size - 1) * n_min
         counts = np.zeros(p.size, dtype=np.int64)
-        counts[kept] = _counts(p[kept], budget, n_min, bound, method)[0]
+        counts[kept] = _counts(p[kept], budget, n_min, bound, rule)[0]
         if np.all(sera.mixed_probability(p[kept], counts[kept]) >= u_min):
             return counts, False
     return counts, True  # the loop ended at the smallest prefix
@@ -45,10 +45,10 @@ def guarded(draw):
 
 
 @given(guarded(), st.sampled_from(["paper", "exact"]))
-def test_binary_search_equals_trying_every_prefix(instance, method):
+def test_binary_search_equals_trying_every_prefix(instance, rule):
     p, budget, n_min, n_max, u_min = instance
-    result = sera.allocate(p, budget, n_min, n_max, method=method, u_min=u_min)
-    counts, fallback = every_prefix(p, budget, n_min, n_max, method, u_min)
+    result = sera.allocate(p, budget, n_min, n_max, rule=rule, u_min=u_min)
+    counts, fallback = every_prefix(p, budget, n_min, n_max, rule, u_min)
     np.testing.assert_array_equal(result.counts, counts)
     assert result.fallback == fallback
     assert result.counts.sum() == budget
@@ -63,9 +63,9 @@ def test_binary_search_on_random_batches():
         n_max = int(rng.integers(3, 20))
         budget = int(rng.integers(2 * b, n_max * b + 1))
         u_min = float(sera.mixed_probability(p[rng.integers(b)], rng.integers(2, n_max + 1)))
-        for method in ("paper", "exact"):
-            result = sera.allocate(p, budget, 2, n_max, method=method, u_min=u_min)
-            counts, fallback = every_prefix(p, budget, 2, n_max, method, u_min)
+        for rule in ("paper", "exact"):
+            result = sera.allocate(p, budget, 2, n_max, rule=rule, u_min=u_min)
+            counts, fallback = every_prefix(p, budget, 2, n_max, rule, u_min)
             np.testing.assert_array_equal(result.counts, counts)
             assert result.fallback == fallback
 
@@ -90,10 +90,10 @@ def test_safeguard_falls_back_to_the_capacity_minimal_set():
     assert result.counts.sum() == 24
 
 
-@pytest.mark.parametrize("method", ["paper", "exact"])
-def test_safeguard_keeps_everything_when_all_pass(method):
+@pytest.mark.parametrize("rule", ["paper", "exact"])
+def test_safeguard_keeps_everything_when_all_pass(rule):
     p = np.array([0.3, 0.5, 0.6])
-    plain = sera.allocate(p, 24, 2, 12, method=method)
-    guarded = sera.allocate(p, 24, 2, 12, method=method, u_min=0.2)
+    plain = sera.allocate(p, 24, 2, 12, rule=rule)
+    guarded = sera.allocate(p, 24, 2, 12, rule=rule, u_min=0.2)
     np.testing.assert_array_equal(plain.counts, guarded.counts)
     assert not guarded.fallback

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
+from sera.counts import WATERLINE
 from sera.history import SuccessHistory
 from sera.methods import METHODS
 from sera.tables import RUN_KEYS
@@ -29,13 +30,14 @@ class AllocatorConfig:
     n_max_factor: int = 8
     """n_max as a multiple of n0 when n_max is None."""
     rounding: Literal["paper", "exact"] = "paper"
-    """Integerization of the waterline: the paper's rule or the exact integer max-min."""
+    """Which waterline rule a waterline method plans with (sera.counts.WATERLINE, a rule of
+    sera.allocate): the paper's rounding or the exact integer max-min."""
     u_min: float | None = None
-    """Observability-guided selection: keep the largest prefix with U(p, N_q) >= u_min. None: the
-    method's own (`sera`: the paper's selection at sera.methods.U_MIN; `sera-rate`:
-    off); 0 turns it off."""
+    """Observability-guided selection: keep the largest prefix with U(p, N_q) >= u_min; 0.0
+    turns it off. None: the method's own (Method.selection; `sera`: sera.methods.U_MIN,
+    `sera-rate`: 0.0)."""
     history_rule: Literal["rate", "counts"] | None = None
-    """How an epoch's outcomes enter the historical estimate (see sera.SuccessHistory). None:
+    """How an epoch's outcomes enter the historical estimate (sera.history.HISTORY_RULES). None:
     the method's own (`sera`: counts, the paper's; `sera-rate`: rate)."""
     history_gamma: float = 0.5
     """Discount per epoch of the historical evidence."""
@@ -51,6 +53,9 @@ class AllocatorConfig:
             raise ValueError(f"n_max must be >= n_min = {self.n_min}, got {self.n_max}")
         if self.n_max_factor < 1:
             raise ValueError(f"n_max_factor must be >= 1, got {self.n_max_factor}")
+        if self.rounding not in WATERLINE:
+            raise ValueError(f"rounding must be one of {WATERLINE} (the waterline's rules), got "
+                             f"{self.rounding!r}")
         if self.u_min is not None and not 0 <= self.u_min < 1:
             raise ValueError(f"u_min must lie in [0, 1), got {self.u_min}")
         # a tuple whatever sequence was given (a list from JSON or by hand): the config hashes
@@ -59,9 +64,9 @@ class AllocatorConfig:
     @functools.lru_cache(maxsize=64)  # noqa: B019 (frozen and small; called on every step)
     def for_method(self, method) -> AllocatorConfig:
         """This config with the method's own history rule and u_min where it leaves them to the
-        method (None); u_min 0 after this call means the selection is off."""
+        method (None): after this call u_min is a number (0.0: the selection off)."""
         rule = self.history_rule or method.history_rule
-        u_min = self.u_min if self.u_min is not None else (method.u_min or 0.0)
+        u_min = self.u_min if self.u_min is not None else method.selection
         return dataclasses.replace(self, history_rule=rule, u_min=u_min)
 
     def n_max_for(self, n0: int) -> int:
@@ -115,7 +120,9 @@ class RunConfig:
                              f"{self.min_allocated_share}")
 
     def keys(self) -> dict:
-        """What tells this run apart from the others of a study: every result row carries it."""
+        """What tells this run apart from the others of a study: every result row carries it.
+        u_min is the threshold the run selected at, None (an empty cell in the tables) where it
+        applied none: the selection off, or a method that does not select."""
         method = METHODS[self.method]
         values = {"method": self.method, "estimates": method.estimates,
                   "allocator": method.allocator, "seed": self.seed, "n0": self.n0,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.special import betaln
 
+from sera import _checks
 from sera.counts import Allocation, from_counts
 
 
@@ -58,7 +59,7 @@ def mixed_only(outcome: Outcome) -> Outcome:
     counts = outcome.allocation.counts
     keep = (outcome.successes > 0) & (outcome.successes < counts)
     allocation = from_counts(outcome.allocation.p[keep], counts[keep], outcome.allocation.n0,
-                             outcome.allocation.method)
+                             outcome.allocation.rule)
     allocation = replace(allocation, weights=outcome.allocation.weights[keep])
     exact = outcome.exact[keep] if outcome.exact is not None else None
     return Outcome(outcome.ids[keep], allocation, outcome.successes[keep], exact,
@@ -229,5 +230,6 @@ def _truncate(counts: np.ndarray, room: int) -> np.ndarray:
     return np.where(total <= room, counts, np.maximum(counts - (total - room), 0))
 
 
-PROTOCOLS = {"one-shot": one_shot, "dynamic": dynamic_sampling, "two-stage": two_stage,
-             "probe-commit": probe_commit}
+PROTOCOLS = _checks.registry([("one-shot", one_shot), ("dynamic", dynamic_sampling),
+                             ("two-stage", two_stage), ("probe-commit", probe_commit)], "protocol")
+"""name (Method.protocol) -> (run, study, ids) -> Outcome."""
