@@ -22,7 +22,8 @@ AGGREGATIONS = ("token-mean", "seqnorm")
 
 
 def groups_from_sizes(sizes) -> np.ndarray:
-    """Group id per response for consecutive groups of these sizes: [2, 3] -> [0, 0, 1, 1, 1]."""
+    """Group id per response for consecutive groups of these sizes, sizes (B,) -> groups (R,),
+    R = sum of sizes: [2, 3] -> [0, 0, 1, 1, 1]."""
     sizes = np.asarray(sizes)
     if sizes.ndim != 1 or sizes.size == 0 or not np.issubdtype(sizes.dtype, np.integer) \
             or (sizes < 1).any():
@@ -170,7 +171,8 @@ def _rl2ml_increments(n: int, alpha: float) -> np.ndarray:
 
 def rl2ml_weight(p, n: int, alpha: float = 1.0):
     """w_N(p) = E_{J ~ Bin(N-1, p)}[a(1, J+1) - a(0, J)]: the alpha-family estimator with N
-    rollouts has expectation w_N(p) grad p (alpha = 1: kappa(p, N) / p)."""
+    rollouts has expectation w_N(p) grad p (alpha = 1: kappa(p, N) / p). p of any shape (one
+    count n for all) -> the same shape."""
     from scipy.stats import binom
 
     n = _checks.integer(n, "n", minimum=1)
@@ -182,7 +184,7 @@ def rl2ml_weight(p, n: int, alpha: float = 1.0):
 def rl2ml_surrogate(p, n: int, alpha: float = 1.0):
     """J_N(p) = E_{K ~ Bin(N, p)}[phi(K)] with phi(0) = 0 and phi(j+1) - phi(j) =
     (a(1, j+1) - a(0, j)) / N: the objective the estimator is exactly unbiased for, dJ/dp = w_N
-    (alpha = 1: sum_{k<N} pass@k / k)."""
+    (alpha = 1: sum_{k<N} pass@k / k). p of any shape (one count n for all) -> the same shape."""
     from scipy.stats import binom
 
     n = _checks.integer(n, "n", minimum=1)
@@ -207,7 +209,8 @@ def multiplicity_weights(counts, n0: float):
 
 def aggregate(token_losses, mask, mode: str = "token-mean", max_len: int | None = None,
               total: float | None = None):
-    """Reduce a (responses, tokens) matrix of per-token losses to a scalar.
+    """Reduce per-token losses to a scalar: token_losses and mask are (R, T), responses by
+    tokens (mask 1 on response tokens, 0 on padding); numpy or torch.
 
     token-mean: sum of the losses over all response tokens / number of response tokens.
     seqnorm: each response's summed loss / max_len, averaged over responses (Dr. GRPO style), so a

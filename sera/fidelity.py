@@ -1,7 +1,9 @@
 """Finite-rollout fidelity of the MaxRL estimator: kappa, the mixed-group probability U, the series.
 
 Derived in notebooks/01_finite_rollout_fidelity.ipynb. Every function is elementwise and keeps the
-array type: numpy in, numpy out; torch in, torch out.
+array type: numpy in, numpy out; torch in, torch out. p and n broadcast against each other, so
+p (B,) with n (B,) (one count per prompt) or a scalar n gives (B,), and p (B, 1) with n (K,) a
+(B, K) table.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def kappa(p, n, centered: bool = True):
 
     kappa(p, n) = 1 - (1-p)**(n-1) for the centered estimator (the one MaxRL trains with) and
     1 - (1-p)**n for the uncentered one. n may be fractional (the waterline's continuous
-    relaxation). Derivation: notebooks/01_finite_rollout_fidelity.ipynb.
+    relaxation). p and n broadcast: p (B,), n (B,) -> (B,). Derivation:
+    notebooks/01_finite_rollout_fidelity.ipynb.
     """
     xp = _checks.namespace(p, n)
     p = _checks.probabilities(p if xp is np else xp.as_tensor(p))
@@ -51,6 +54,7 @@ def kappa(p, n, centered: bool = True):
 def mixed_probability(p, n):
     """U(p, n) = 1 - p**n - (1-p)**n: the chance that a group of n rollouts is neither all
     successes nor all failures, i.e. that the centered estimator sees any nonzero advantage.
+    p and n broadcast: p (B,), n (B,) -> (B,).
 
     Used by the observability safeguard (sera.allocation); drawn in
     notebooks/03_allocation_vs_success.ipynb.
@@ -67,7 +71,7 @@ def log_success_series(p, order: int):
 
     As order grows it tends to log p. Its derivative in p is sum_{k=1..order} (1-p)**(k-1), which
     equals kappa(p, order + 1) / p: the centered estimator with N rollouts differentiates the first
-    N - 1 terms. See notebooks/01_finite_rollout_fidelity.ipynb.
+    N - 1 terms. p of any shape -> the same shape. See notebooks/01_finite_rollout_fidelity.ipynb.
     """
     order = _checks.integer(order, "order", minimum=0)
     xp = _checks.namespace(p)
@@ -83,8 +87,8 @@ def log_success_series(p, order: int):
 def rollouts_for_fidelity(p, level: float, n_max: float | None = None):
     """The (fractional) count N with kappa(p, N) = level: N = 1 + log(1-level) / log(1-p).
 
-    A prompt with p = 0 needs infinitely many rollouts for any positive level; the result is
-    capped at n_max when n_max is given.
+    p (B,) -> (B,) float counts. A prompt with p = 0 needs infinitely many rollouts for any
+    positive level; the result is capped at n_max when n_max is given.
     Drawn in notebooks/01_finite_rollout_fidelity.ipynb.
     """
     level = _checks.real(level, "level", 0.0, 1.0)

@@ -90,16 +90,17 @@ class Planner:
 
         Parameters
         ----------
-        rows : array of int
+        rows : array of int, (B,)
             Dense dataset rows of the batch's prompts.
-        keys : sequence or None
+        keys : sequence or None, (B,)
             What `record` will name each prompt by (verl's uids); None: the rows themselves.
 
         Returns
         -------
         Allocation
-            counts and weights in the order of rows; uniform counts (fallback=True) while any
-            prompt of the batch has no estimate yet.
+            counts and weights, (B,) in the order of rows; uniform counts (fallback=True) while
+            any prompt of the batch has no estimate yet. The framework then samples counts[q]
+            responses for rows[q] (the module text draws the layout).
         """
         rows = self.history._ids(np.asarray(rows).reshape(-1), "rows")
         keys = rows.tolist() if keys is None else list(keys)
@@ -145,10 +146,10 @@ class Planner:
 
         Parameters
         ----------
-        keys : sequence
-            One key per response, as given to `plan`. Keys that were never planned (verl's
-            padding rows, `pad<hex>`) are ignored.
-        rewards : array of float
+        keys : sequence, (R,)
+            One key per response, its prompt's key as given to `plan`, in any order. Keys that
+            were never planned (verl's padding rows, `pad<hex>`) are ignored.
+        rewards : array of float, (R,)
             One success reward in [0, 1] per response; NaN (no reward function could score
             it) is left out, as TRL leaves it out.
 
@@ -237,7 +238,17 @@ def grouped_weighted_maxrl(rewards, groups, keep, n0: float | None = None) -> np
     """SERA's advantage of each response: MaxRL over the kept responses of its group (its
     prompt) times n0 / (their number); 0 for a response not kept. n0 None: the mean number of
     kept responses per group (what the plan's budget gives per prompt). Both plug-ins score with
-    it: TRL keeps the scored responses, verl the responses of planned prompts."""
+    it: TRL keeps the scored responses, verl the responses of planned prompts.
+
+    rewards, groups and keep are (R,), one entry per response; a group is every response with
+    the same id, wherever it sits (verl's uids need not be contiguous), and N_q counts only
+    its kept responses:
+
+        groups   [ a  a  a  b  a  b  c  c ]   (R,)  (verl: uids; TRL: 0, 0, ..., 1, ...)
+        keep     [ 1  1  1  1  0  1  1  1 ]   (R,)  (0: padding, or unscored)
+        N_q      a: 3, b: 2, c: 2                   weights n0 / N_q
+        returns  (R,), 0 where keep is 0
+    """
     rewards = np.asarray(rewards, dtype=float)
     keep = np.asarray(keep, dtype=bool)
     advantages = np.zeros(rewards.size)

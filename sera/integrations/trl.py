@@ -13,11 +13,16 @@ What changes against GRPOTrainer (TRL 1.16.0, pinned: TRL_VERSION):
 
 - Counts. TRL's RepeatSampler puts each prompt num_generations (n0) times into the generation
   batch. When the batch reaches generation, its B prompts are replanned: the rows are regrouped
-  so prompt q fills N_q of them, with N_q from `SuccessHistory.plan` over the same budget B * n0
-  (so batch shapes, gradient accumulation and `steps_per_generation` are untouched). Planning
-  here rather than inside the sampler is deliberate: accelerate's data loader draws one batch
-  ahead, so a sampler would plan the first batch of an epoch before the last batch of the epoch
-  before it had been scored.
+  so prompt q fills N_q of them, with N_q from the planner over the same budget B * n0 (so batch
+  shapes, gradient accumulation and `steps_per_generation` are untouched):
+
+      TRL's rows    [ q0 q0 q0 q0 | q1 q1 q1 q1 | q2 q2 q2 q2 ]   B * n0 rows, n0 = 4
+      SERA's rows   [ q0 q0 q0 q0 q0 q0 q0 | q1 q1 | q2 q2 q2 ]   N = 7, 2, 3: the same 12
+
+  and every later step (rewards, advantages) reads the rows prompt by prompt with sizes N_q.
+  Planning here rather than inside the sampler is deliberate: accelerate's data loader draws one
+  batch ahead, so a sampler would plan the first batch of an epoch before the last batch of the
+  epoch before it had been scored.
 - Advantages. TRL's grouped advantages (it reshapes rewards by num_generations, which is wrong
   for ragged groups) are replaced by MaxRL over each prompt's own group times n0 / N_q. TRL's
   losses are linear in the advantage, so this is the weighted loss; `loss_type="dr_grpo"` is
@@ -98,12 +103,16 @@ def weighted_maxrl(rewards: np.ndarray, counts: np.ndarray, n0: int) -> np.ndarr
     """SERA's advantage of each response of a batch laid out prompt by prompt (counts[q] rows
     for prompt q): MaxRL over the prompt's scored responses times n0 / (their number).
 
+        rewards   [ 1 0 0 1 0 1 0 | 0 nan | 1 1 0 ]   (R,), R = sum of counts
+        counts    [       7       ,   2   ,   3   ]   (B,)
+        groups    [ 0 0 0 0 0 0 0 | 1 1   | 2 2 2 ]   (R,), from counts; nan: left out
+
     Parameters
     ----------
-    rewards : array of float
+    rewards : array of float, (R,)
         One reward in [0, 1] per response; NaN for a response no reward function could score,
         which gets advantage 0 and is left out of its group.
-    counts : array of int
+    counts : array of int, (B,)
         Responses per prompt, in the order of the rows.
     n0 : int
         Rollouts per prompt under uniform allocation.
@@ -170,9 +179,9 @@ def zero_std_share(rewards: np.ndarray, counts: np.ndarray) -> float:
 
 class SeraGRPOTrainer(GRPOTrainer):
     """GRPOTrainer with SERA's per-prompt rollout counts and weighted MaxRL advantages (see the
-    module text): the paper's sera by default (counts rule, selection at u_min 0.05). `allocator`
-    sets n_min, n_max, the rounding, the selection and the history's update rule, as in sera's
-    own trainers.
+    module text): the paper's sera by default (counts rule, selection at sera.methods.U_MIN).
+    `allocator` sets n_min, n_max, the rounding, the selection and the history's update rule, as
+    in sera's own trainers.
 
     Attributes
     ----------

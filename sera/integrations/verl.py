@@ -30,8 +30,8 @@ loss only where each response's loss term scales with its own advantage (WEIGHTE
 Refused with a message (`refuse_unsupported`): DAPO group filtering and failed-group refill (they
 evict groups before the history sees them), `algorithm.use_kl_in_reward=True` (rewards leave
 [0, 1]), a u_min for the observability-guided selection (verl's replay buffer waits for every
-submitted prompt, so the plug-in runs the paper's sera with the selection off; at the paper's
-u_min it dropped no prompt along any stored run),
+submitted prompt, so the plug-in runs the paper's sera with the selection off; how often the
+paper's threshold binds is measured by sera.studies.diagnosis.selection_binding),
 policy loss modes outside WEIGHTED_LOSS_MODES (clip_cov, kl_cov and dro), a KL loss or an entropy
 bonus (verl adds them per token without the weight n0 / N_q), and skipped rollouts
 (`skip.rollout_tq`: a cached step bypasses the planning hook). Agent loops that return several
@@ -111,10 +111,17 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
     token_level_rewards, response_mask : Tensor
         (responses, response_length); a response's reward is its token rewards' sum, a success
         indicator in [0, 1].
-    index : array
+    index : array, (responses,)
         Each response's prompt (verl's uid). Padding rows (uid `pad<hex>`), and under
         `planned_only` any uid the planner did not send out, get advantage 0 and count in
         neither the groups nor n0.
+
+    The batch holds N_q responses of prompt q (the planner's counts, sent out as
+    `__rollout_n__`), regrouped here by uid, plus verl's padding rows:
+
+        index     [ u0 u0 u0 u0 | u1 u1 | u2 u2 u2 u2 u2 u2 | pad.. pad.. ]   (responses,)
+        N_q       [      4      ,   2   ,          6        ]   (B,) prompts
+        advantage  MaxRL within each uid's group x n0 / N_q; 0 on padding rows
 
     Returns
     -------
@@ -248,9 +255,9 @@ class SeraTrainerSync(PPOTrainerSync):
             frame = loader.dataset.dataframe  # after verl's max_samples and length filter
             self._sera_rows = dense_rows(frame["extra_info"] if "extra_info" in
                                          frame.column_names else [None] * len(frame))
-            # The paper's sera with its selection off (u_min 0): verl's replay buffer waits for
-            # every prompt it was sent, and at the paper's u_min (0.05) the selection dropped no
-            # prompt along any stored run (sera.studies.diagnosis.selection_binding).
+            # The paper's sera with its selection off (u_min 0.0): verl's replay buffer waits for
+            # every prompt it was sent (how often the paper's threshold would bind:
+            # sera.studies.diagnosis.selection_binding).
             allocator = dataclasses.replace(allocator_from_config(self.config), u_min=0.0)
             self._sera = Planner(len(self._sera_rows),
                                  int(self.config.actor_rollout_ref.rollout.n), allocator,
