@@ -68,8 +68,7 @@ def machines(name: str) -> dict[str, str]:
 
 
 def _prediction(name: str) -> pd.DataFrame:
-    folder = runstore.STUDY_DIR / name
-    if not (folder / "prediction.csv").exists():
+    if not (runstore.study_folder(name) / "prediction.csv").exists():
         return pd.DataFrame(columns=["arm", "k", "gain"])
     return confirm.read_prediction(name)
 
@@ -136,7 +135,7 @@ def maxrl_level(name: str, ks=None) -> dict[int, float]:
 
 def stored_points() -> list[str]:
     return [name for name in confirm.POINTS
-            if (runstore.STUDY_DIR / name / "final.csv.gz").exists()]
+            if runstore.holds_runs(runstore.study_folder(name))]
 
 
 def _cell(row) -> str:
