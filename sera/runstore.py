@@ -1,5 +1,4 @@
-"""The run store: the one owner of a run folder's format, of stored runs, of the index of runs
-by their settings, of their locks, and of where all of them live.
+"""The run store: the one owner of a run folder's format, of stored runs, and of their locks.
 
 A run folder (a RunConfig's `out`) holds
 
@@ -14,11 +13,6 @@ gzip-compressed without a time stamp so that equal tables give equal bytes, and 
 a summary plus each run's configuration and provenance records, enough to write the run folders
 back (`write_finished`) on a fresh checkout.
 
-One folder, $SERA_HOME (by default the checkout the package is imported from, else the current
-directory), holds the data/ and build/ the package writes. The data shipped with the package
-(reference numbers, difficulty profiles, stored studies) is the resource sera._data: the
-checkout's data/, or the wheel's copy of it. Reads look in $SERA_HOME/data first.
-
 Every file is written beside its destination and renamed over it (`atomic`), so a reader or a
 crash never sees half a file; a run being trained is held by a lock (`claim`, through filelock),
 so several processes can work through one list of runs, each training the runs nobody holds.
@@ -28,11 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import hashlib
 import json
 import os
 import tempfile
-from importlib import resources
 from pathlib import Path
 
 import pandas as pd
@@ -40,6 +32,9 @@ import pandas as pd
 from sera.tables import TABLES
 
 HOME_VARIABLE = "SERA_HOME"
+SHIPPED = Path(__file__).resolve().parent / "_data"
+"""The data shipped with the package: the paper's reference numbers, the difficulty profiles and
+the stored studies (in a checkout, a link to its data/ folder; in a wheel, a copy)."""
 
 
 def _checkout() -> Path | None:
@@ -59,24 +54,13 @@ def _home() -> Path:
     return _checkout() or Path.cwd()
 
 
-def _shipped() -> Path:
-    """The folder of the package resource sera._data (pyproject.toml maps data/ to it)."""
-    try:
-        return Path(str(resources.files("sera._data")))
-    except ModuleNotFoundError:  # a checkout on sys.path that was never installed
-        return Path(__file__).resolve().parents[1] / "data"
-
-
 ROOT = _home()
-"""The folder whose data/ and build/ the package writes ($SERA_HOME, see `_home`)."""
-SHIPPED = _shipped()
-"""The data shipped with the package (in a checkout, its data/ folder; from a wheel, the copy
-installed with it)."""
-DATA_DIR = ROOT / "data"
-"""The user's data: where the package writes data, and reads it first (`data_file`)."""
+"""The folder whose data/ and build/ the package reads and writes (see `_home`)."""
+DATA_DIR = ROOT / "data" if (ROOT / "data").is_dir() else SHIPPED
+"""The stored data: ROOT's data/ folder where there is one, else the copy shipped with the
+package."""
 STUDY_DIR = DATA_DIR / "study"
-"""The user's store of studies, one folder per confirmation point or sweep: stores are written
-here, and read from here first (`study_folder`)."""
+"""Where the studies' stored runs live (one folder per confirmation point or sweep)."""
 RUNS_ROOT = ROOT / "build" / "runs"
 """Where the studies train by default (the run folders, not committed)."""
 CONFIG = "config.json"
@@ -90,53 +74,7 @@ def table_file(name: str) -> str:
     return f"{name}.csv"
 
 
-def stored_file(name: str) -> str:
-    """The file of a stored set of runs' table `name`."""
-    return f"{name}.csv.gz"
-
-
 FINAL = table_file("final")
-
-
-def data_file(name: str) -> Path:
-    """A data file (e.g. "paper_reference.csv", "difficulty_profiles.csv"): the user's copy in
-    DATA_DIR where there is one, else the one shipped with the package."""
-    mine = DATA_DIR / name
-    return mine if mine.exists() else SHIPPED / name
-
-
-def study_folder(name: str, study_dir=None) -> Path:
-    """The folder of the stored study `name` (a confirmation point, a sweep) to read: in
-    study_dir (default STUDY_DIR, the user's store) where it is there, else the copy shipped
-    with the package where there is one, else study_dir's (where a store would write it)."""
-    mine = Path(study_dir or STUDY_DIR) / name
-    shipped = SHIPPED / "study" / name
-    return shipped if not mine.is_dir() and shipped.is_dir() else mine
-
-
-def study_names(study_dir=None) -> list[str]:
-    """The studies stored in study_dir (default STUDY_DIR) or shipped with the package."""
-    folders = [Path(study_dir or STUDY_DIR), SHIPPED / "study"]
-    return sorted({f.name for place in folders if place.is_dir() for f in place.iterdir()
-                   if f.is_dir()})
-
-
-def holds_runs(folder) -> bool:
-    """Whether folder holds a stored set of runs (its final table)."""
-    return (Path(folder) / stored_file("final")).exists()
-
-
-def stored_runs(name: str, study_dir=None) -> Path:
-    """The folder holding the stored runs of `name` (see `study_folder`); FileNotFoundError,
-    naming both places looked in, where neither holds any."""
-    folder = study_folder(name, study_dir)
-    if not holds_runs(folder):
-        places = dict.fromkeys([Path(study_dir or STUDY_DIR) / name, SHIPPED / "study" / name])
-        raise FileNotFoundError(
-            f"no stored runs of {name!r} (no {stored_file('final')} in "
-            f"{' nor in '.join(map(str, places))}); train and store them, or set "
-            f"{HOME_VARIABLE} to the folder whose data/study/ holds them")
-    return folder
 
 
 @contextlib.contextmanager
@@ -266,50 +204,6 @@ def claim(folder, wait: bool = False):
         lock.release()
 
 
-# ---------------------------------------------------------------------- runs by their settings
-
-def settings_key(settings: dict) -> str:
-    """A short hash of a run's settings: its configuration but where it is written."""
-    kept = {k: v for k, v in settings.items() if k not in ("out", "progress")}
-    return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def index(shared, settings: dict, folder) -> None:
-    """Note in the index folder `shared` that the run of these settings is in folder."""
-    write_json(Path(shared) / f"{settings_key(settings)}.json",
-               {"out": str(Path(folder).resolve())}, indent=None)
-
-
-def indexed(shared, settings: dict, same=None) -> Path | None:
-    """The folder of a finished, checkpointed run of these settings noted in the index folder
-    `shared`, or None; same(its saved configuration) may turn it down (a default changed)."""
-    entry = Path(shared) / f"{settings_key(settings)}.json"
-    if not entry.exists():
-        return None
-    folder = Path(json.loads(entry.read_text())["out"])
-    if not (finished(folder) and (folder / CHECKPOINT).exists()):
-        return None
-    saved = json.loads((folder / CONFIG).read_text())
-    return folder if same is None or same(saved) else None
-
-
-def link(folder, elsewhere: Path | None) -> Path:
-    """The folder a grid's run lives in: folder itself, or `elsewhere` (the finished run of the
-    same settings another grid holds, see `indexed`) while folder has no final table of its
-    own; folder is then made a link to it, for code that opens the run by its path. A link of
-    folder to any other place is removed first: it led to a run of other settings."""
-    folder = Path(folder)
-    if folder.is_symlink() and (elsewhere is None
-                                or folder.resolve() != Path(elsewhere).resolve()):
-        folder.unlink()
-    if elsewhere is None or (folder / FINAL).exists():
-        return folder
-    if not folder.exists():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        folder.symlink_to(Path(elsewhere).resolve(), target_is_directory=True)
-    return Path(elsewhere)
-
-
 # ---------------------------------------------------------------------- stored runs
 
 def store_runs(folders, out, summary: dict, tables=TABLES, metrics=None,
@@ -322,8 +216,8 @@ def store_runs(folders, out, summary: dict, tables=TABLES, metrics=None,
         return 0
     out = Path(out)
     if _checkout() is None and out.resolve().is_relative_to(SHIPPED):
-        raise ValueError(f"out={out} is inside the data installed with the package, which is "
-                         f"read only; store under STUDY_DIR ({STUDY_DIR}, set by {HOME_VARIABLE})")
+        raise ValueError(f"{out} is inside the installed package's shipped data; set "
+                         f"{HOME_VARIABLE} to a folder with a data/study/ of its own to store runs")
     for name in tables:
         parts = []
         for folder in folders:
@@ -333,7 +227,7 @@ def store_runs(folders, out, summary: dict, tables=TABLES, metrics=None,
             if name == "metrics" and metrics is not None:
                 table = table[table["metric"].isin(metrics)]
             parts.append(table.assign(**(columns or {}).get(folder, {})))
-        write_csv(pd.concat(parts, ignore_index=True), out / stored_file(name),
+        write_csv(pd.concat(parts, ignore_index=True), out / f"{name}.csv.gz",
                   float_format="%.6g")
     runs = []
     for folder in folders:
@@ -356,5 +250,5 @@ def stored_summary(folder) -> dict:
 def stored_tables(folder, tables=TABLES) -> dict[str, pd.DataFrame]:
     """The stored tables of a set of runs that exist, by name."""
     folder = Path(folder)
-    return {name: pd.read_csv(folder / stored_file(name)) for name in tables
-            if (folder / stored_file(name)).exists()}
+    return {name: pd.read_csv(folder / f"{name}.csv.gz") for name in tables
+            if (folder / f"{name}.csv.gz").exists()}

@@ -101,55 +101,6 @@ def test_stored_runs_are_written_back_as_the_same_finished_folders(tmp_path):
                                   pd.read_csv(folders[1] / "final.csv"))
 
 
-def _finished_run(folder, settings):
-    runstore.begin(folder, settings, {"step": 0})
-    (folder / runstore.CHECKPOINT).write_bytes(b"")
-    runstore.finish(folder, pd.DataFrame({"p": [0.5]}), {"step": 1, "wall_s": 0.1})
-
-
-def test_the_settings_index_leads_a_grid_to_another_grids_finished_run(tmp_path):
-    settings = {"method": "sera", "seed": 0, "out": "a/run", "progress": True}
-    elsewhere = tmp_path / "a" / "run"
-    _finished_run(elsewhere, settings)
-    index = tmp_path / "index"
-    runstore.index(index, settings, elsewhere)
-    moved = {**settings, "out": "b/run", "progress": False}  # where it is written is no setting
-    assert runstore.indexed(index, moved) == elsewhere.resolve()
-    assert runstore.indexed(index, moved, same=lambda saved: saved["seed"] == 1) is None
-    assert runstore.indexed(index, {**settings, "seed": 1}) is None
-    mine = tmp_path / "b" / "run"
-    assert runstore.link(mine, elsewhere) == elsewhere
-    assert mine.is_symlink() and (mine / runstore.FINAL).exists()
-    assert runstore.link(mine, elsewhere) == mine  # already led there: read through the link
-    assert runstore.link(mine, None) == mine and not mine.exists()  # a link of other settings
-    _finished_run(mine, settings)
-    assert runstore.link(mine, elsewhere) == mine  # a finished run of its own stays its own
-
-
-def test_a_study_is_read_from_the_users_store_first_and_the_shipped_copy_second(tmp_path,
-                                                                                monkeypatch):
-    home, shipped = tmp_path / "home" / "data", tmp_path / "shipped"
-    monkeypatch.setattr(runstore, "DATA_DIR", home)
-    monkeypatch.setattr(runstore, "STUDY_DIR", home / "study")
-    monkeypatch.setattr(runstore, "SHIPPED", shipped)
-    for folder in (shipped / "study" / "both", shipped / "study" / "shipped",
-                   home / "study" / "both"):
-        runstore.write_csv(pd.DataFrame({"p": [0.5]}), folder / runstore.stored_file("final"))
-    (home / "study" / "registered").mkdir()
-    runstore.write_text(shipped / "profiles.csv", "shipped\n")
-    assert runstore.study_folder("both") == home / "study" / "both"
-    assert runstore.study_folder("shipped") == shipped / "study" / "shipped"
-    assert runstore.study_folder("new") == home / "study" / "new"  # where a store writes it
-    assert runstore.study_names() == ["both", "registered", "shipped"]
-    assert runstore.stored_runs("shipped") == shipped / "study" / "shipped"
-    for name in ("registered", "new"):
-        with pytest.raises(FileNotFoundError, match=f"no stored runs of '{name}'.*SERA_HOME"):
-            runstore.stored_runs(name)
-    assert runstore.data_file("profiles.csv") == shipped / "profiles.csv"
-    runstore.write_text(home / "profiles.csv", "mine\n")
-    assert runstore.data_file("profiles.csv") == home / "profiles.csv"
-
-
 @pytest.mark.parametrize("name", ["04_gradient_cosine_study", "05_maze_navigation",
                                   "06_allocators_compared", "07_math_reasoning"])
 def test_a_study_notebook_finds_its_runs_through_the_package_from_any_folder(name, tmp_path):

@@ -95,8 +95,7 @@ def study(points=POINTS, arms=ARMS) -> pd.DataFrame:
     """`brier` over the stored long points' runs of the given arms, with a point column."""
     parts = []
     for name in points:
-        folder = runstore.stored_runs(name)
-        allocations = with_arm(pd.read_csv(folder / runstore.stored_file("allocations")))
+        allocations = with_arm(pd.read_csv(runstore.STUDY_DIR / name / "allocations.csv.gz"))
         allocations = allocations[allocations["arm"].isin(arms)]
         parts.append(brier(allocations).assign(point=name))
     return pd.concat(parts, ignore_index=True)
@@ -137,11 +136,13 @@ def main(argv=None) -> int:
         if args.out:
             runstore.write_text(f"{args.out}/digits_exact.csv", exact.to_csv(index=False))
     if args.out:
+        import json
+
         from sera.trainers.checkpoint import provenance
 
         runstore.write_text(f"{args.out}/brier.csv", table.to_csv(index=False))
         record = {**provenance(), "points": args.points, "digits_seeds": args.digits}
-        runstore.write_json(f"{args.out}/{runstore.SUMMARY}", record)
+        runstore.write_text(f"{args.out}/provenance.json", json.dumps(record, indent=1) + "\n")
     summary = against_default(table)
     shown = summary.assign(**{c: (1e4 * summary[c]).round(1)
                               for c in ("vs_default", "low", "high")})

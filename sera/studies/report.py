@@ -68,7 +68,8 @@ def machines(name: str) -> dict[str, str]:
 
 
 def _prediction(name: str) -> pd.DataFrame:
-    if not (runstore.study_folder(name) / "prediction.csv").exists():
+    folder = runstore.STUDY_DIR / name
+    if not (folder / "prediction.csv").exists():
         return pd.DataFrame(columns=["arm", "k", "gain"])
     return confirm.read_prediction(name)
 
@@ -135,7 +136,7 @@ def maxrl_level(name: str, ks=None) -> dict[int, float]:
 
 def stored_points() -> list[str]:
     return [name for name in confirm.POINTS
-            if runstore.holds_runs(runstore.study_folder(name))]
+            if (runstore.STUDY_DIR / name / "final.csv.gz").exists()]
 
 
 def _cell(row) -> str:

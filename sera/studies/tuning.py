@@ -120,15 +120,12 @@ def store(s: Sweep, runs_dir=RUNS_DIR) -> int:
 
 
 def load(name: str, store_dir=None) -> Results:
-    """The stored sweep's tables: from store_dir (default STUDY_DIR, the user's store), else
-    from the copy shipped with the package."""
-    try:
-        folder = runstore.stored_runs(name, store_dir or STUDY_DIR)
-    except FileNotFoundError as missing:
-        raise FileNotFoundError(f"{missing}; run `python -m sera.tuning run {name}` (45-70 "
-                                f"minutes on a core)") from None
-    tables = runstore.stored_tables(folder, ("metrics", "final"))
-    return Results(tables["metrics"], tables["final"], pd.DataFrame())
+    folder = Path(store_dir or STUDY_DIR) / name
+    if not (folder / "final.csv.gz").exists():
+        raise FileNotFoundError(f"no stored sweep {name!r} in {folder}; run "
+                                f"`python -m sera.tuning run {name}` (45-70 minutes on a core)")
+    metrics, final = (pd.read_csv(folder / f"{t}.csv.gz") for t in ("metrics", "final"))
+    return Results(metrics, final, pd.DataFrame())
 
 
 def best(metrics: pd.DataFrame, metric: str = "tune_pass", k: int = 1) -> pd.DataFrame:

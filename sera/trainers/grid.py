@@ -1,13 +1,14 @@
-"""Grids of runs: the grid runner and each run's folder name.
+"""Grids of runs and where their folders live: the grid runner, each run's folder name, and the
+index of finished runs by their settings that lets one grid read back another's runs.
 
 `run_grid` trains a list of configurations with `sera.trainers.loop.fit`, one folder a run
-(`run_label`), each held through the run store's lock while it trains. Everything on disk (the
-folders' format, the index of finished runs by their settings, the links between grids) belongs
-to `sera.runstore`.
+(`run_label`), each held through the run store's lock while it trains; the file names and the
+folders' format belong to `sera.runstore`.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,18 +45,25 @@ def run_grid(configs: list[RunConfig], build, *, runs_dir=None, rerun: bool = Fa
         if share and not rerun and runstore.finished(folder):
             continue
         elsewhere = None if rerun or shared is None else _finished_elsewhere(config, shared)
+        if folder.is_symlink() and (elsewhere is None
+                                    or folder.resolve() != elsewhere.resolve()):
+            folder.unlink()  # a link to another grid's run of other settings: not this run's
         with runstore.claim(folder, wait=not share) as ours:
             if not ours:
                 continue  # another process trains it
-            folder = runstore.link(folder, elsewhere)
             if rerun:
                 shutil.rmtree(folder, ignore_errors=True)
+            elif elsewhere is not None and not (folder / runstore.FINAL).exists():
+                if not folder.exists():  # this grid's folder name leads there too
+                    folder.parent.mkdir(parents=True, exist_ok=True)
+                    folder.symlink_to(elsewhere.resolve(), target_is_directory=True)
+                folder = elsewhere
             trained = not runstore.finished(folder)
             result = loop.fit(build(replace(config, out=str(folder), progress=False)))
         if not share:
             parts.append(result)
         if shared is not None:
-            runstore.index(shared, as_dict(config), folder)
+            _index(config, folder, shared)
         if after_each is not None and trained:
             after_each()
     if after_each is not None:
@@ -63,18 +71,34 @@ def run_grid(configs: list[RunConfig], build, *, runs_dir=None, rerun: bool = Fa
     return None if share else Results.concat(parts)
 
 
+def _settings_key(config: RunConfig) -> str:
+    import hashlib
+
+    settings = {k: v for k, v in as_dict(config).items() if k not in ("out", "progress")}
+    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def _finished_elsewhere(config: RunConfig, shared) -> Path | None:
-    """Another grid's finished run of config's settings, unless the configuration it saved
-    differs from config where defaults are filled in (a default changed since)."""
-    settings = as_dict(config)
-    return runstore.indexed(shared, settings, same=lambda saved: not checkpoint.differences(
-        saved, settings, defaults(config)))
+    entry = Path(shared) / f"{_settings_key(config)}.json"
+    if not entry.exists():
+        return None
+    folder = Path(json.loads(entry.read_text())["out"])
+    if not (runstore.finished(folder) and (folder / runstore.CHECKPOINT).exists()):
+        return None
+    saved = json.loads((folder / runstore.CONFIG).read_text())
+    return folder if not checkpoint.differences(saved, as_dict(config), defaults(config)) else None
+
+
+def _index(config: RunConfig, folder: Path, shared) -> None:
+    Path(shared).mkdir(parents=True, exist_ok=True)
+    runstore.write_json(Path(shared) / f"{_settings_key(config)}.json",
+                        {"out": str(Path(folder).resolve())}, indent=None)
 
 
 def run_label(config: RunConfig) -> str:
     """A folder name from the run's keys (the tables carry the keys; nothing parses this)."""
     keys = config.keys()
     parts = [keys["method"], f"n0-{keys['n0']}", keys["agg"], f"seed-{keys['seed']}"]
-    if keys["u_min"] != (METHODS[config.method].selection or None):  # not the method's own
+    if keys["u_min"] != METHODS[config.method].u_min:  # a threshold other than the method's own
         parts.insert(1, f"umin-{keys['u_min'] or 0}")
     return "_".join(str(p) for p in parts)

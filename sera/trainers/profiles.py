@@ -18,14 +18,12 @@ import pandas as pd
 from sera import runstore
 
 PROFILES_FILE = runstore.DATA_DIR / "difficulty_profiles.csv"
-"""Where `measure_profiles` writes (the user's data, sera.runstore.DATA_DIR)."""
 
 
-def load_profiles(path=None) -> dict[str, np.ndarray]:
+def load_profiles(path=PROFILES_FILE) -> dict[str, np.ndarray]:
     """The stored difficulty profiles: study name -> each training prompt's success probability
-    under the study's starting model. path: default the user's copy, else the shipped one
-    (sera.runstore.data_file)."""
-    table = pd.read_csv(path or runstore.data_file(PROFILES_FILE.name), comment="#")
+    under the study's starting model."""
+    table = pd.read_csv(path, comment="#")
     return {name: part["p"].to_numpy() for name, part in table.groupby("study", sort=False)}
 
 
