@@ -109,7 +109,7 @@ def safeguard(sizes, n0, repeats, rng):
 def baselines(size, n0, repeats, rng):
     p, budget = rng.beta(0.6, 1.2, size), n0 * size
     methods = ("paper", "exact", "knapsack", "gvm", "dars-hw", "dars-et")
-    calls = {m: lambda m=m: sera.allocate(p, budget, 2, 64, method=m) for m in methods}
+    calls = {m: lambda m=m: sera.allocate(p, budget, 2, 64, rule=m) for m in methods}
     best = best_times(calls, repeats)
     print(f"one-shot allocators, B={size:,}, budget {n0}B, n_max 64, best of {repeats}: " +
           "  ".join(f"{m} {t * 1e3:.1f} ms" for m, t in best.items()))

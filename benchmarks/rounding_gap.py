@@ -23,8 +23,8 @@ def main():
         p = rng.uniform(0, 1, b)
         n_max = int(rng.integers(2, 17))
         budget = int(rng.integers(2 * b, n_max * b + 1))
-        paper = sera.allocate(p, budget, 2, n_max, method="paper").fidelity.min()
-        exact = sera.allocate(p, budget, 2, n_max, method="exact").fidelity.min()
+        paper = sera.allocate(p, budget, 2, n_max, rule="paper").fidelity.min()
+        exact = sera.allocate(p, budget, 2, n_max, rule="exact").fidelity.min()
         gaps[i] = exact - paper
     below = gaps > 1e-12
     print(f"instances={args.instances} seed={args.seed}")

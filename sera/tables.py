@@ -59,7 +59,7 @@ def arm(table: pd.DataFrame) -> pd.Series:
 
 
 def _arm_label(method: str, u_min) -> str:
-    own = METHODS[method].u_min if method in METHODS else None
+    own = (METHODS[method].selection or None) if method in METHODS else None
     if pd.isna(u_min):  # no threshold recorded: the method's own when it has none
         return method if own is None else f"{method} (u_min 0)"
     return method if u_min == own else f"{method} (u_min {u_min:g})"

@@ -29,7 +29,7 @@ def plot_waterline(p, budget: int, n_min: int = 2, n_max: int | None = None,
     """Prompts sorted by p. Top: integer counts (bars) over the continuous waterline counts.
     Bottom: each prompt's fidelity, level with the water line except where a bound clips it."""
     p = np.sort(np.asarray(p, dtype=float))
-    result = allocate(p, budget, n_min, n_max, method=method)
+    result = allocate(p, budget, n_min, n_max, rule=method)
     fig, (top, bottom) = new_figure(nrows=2, width=6.0, height=2.6, sharex=True)
     x = np.arange(p.size)
     bars(top, x, result.counts, color=method_style(method).color, alpha=0.7,

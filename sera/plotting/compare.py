@@ -21,7 +21,7 @@ def plot_allocators(p, budget: int, n_min: int, n_max: int, methods):
     p = np.sort(np.asarray(p, dtype=float))
     fig, ax = new_figure(width=5.6, height=3.4)
     for method in methods:
-        counts = allocate(p, budget, n_min, n_max, method=method).counts
+        counts = allocate(p, budget, n_min, n_max, rule=method).counts
         name = "sera (exact)" if method == "exact" else "sera" if method == "paper" else method
         # the figure shows the rounding as SERA's own: exact dotted
         style = {**line("sera"), "ls": ":"} if method == "exact" else line(

@@ -33,8 +33,8 @@ def compare_rounding(instances: int = 3000, seed: int = 0, max_prompts: int = 4,
         p = rng.uniform(0, 1, b)
         n_max = int(rng.integers(n_min, max_n_max + 1))
         budget = int(rng.integers(n_min * b, n_max * b + 1))
-        paper = allocate(p, budget, n_min, n_max, method="paper")
-        exact = allocate(p, budget, n_min, n_max, method="exact")
+        paper = allocate(p, budget, n_min, n_max, rule="paper")
+        exact = allocate(p, budget, n_min, n_max, rule="exact")
         rows.append({"instance": i, "prompts": b, "p": tuple(p), "budget": budget, "n_max": n_max,
                      "paper_min_kappa": paper.fidelity.min(),
                      "exact_min_kappa": exact.fidelity.min(),
@@ -99,7 +99,7 @@ def reweighting_study(p, n0: int, draws: int = 20_000, seed: int = 0, n_min: int
                          "at p = 1 and the estimator is 0 at p = 0)")
     rng = np.random.default_rng(seed)
     uniform_counts = np.full(p.size, n0)
-    plan = allocate(p, n0 * p.size, n_min, n_max, method="exact")
+    plan = allocate(p, n0 * p.size, n_min, n_max, rule="exact")
     rows = []
     for method, counts, scale in [
         ("uniform", uniform_counts, np.ones(p.size)),

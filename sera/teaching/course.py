@@ -243,8 +243,8 @@ def check_rounding(fn, answers: bool = False) -> Feedback:
             line = waterline(p, budget, 2, 16)
             level = -np.expm1(-line.lam)
             got = np.asarray(fn(p.copy(), line.counts.copy(), level, budget, 16))
-            paper = allocate(p, budget, 2, 16, method="paper").counts
-            exact = allocate(p, budget, 2, 16, method="exact").counts
+            paper = allocate(p, budget, 2, 16, rule="paper").counts
+            exact = allocate(p, budget, 2, 16, rule="exact").counts
             below += _kappa(p, paper).min() < _kappa(p, exact).min() - 1e-12
             if got.shape == p.shape and (np.array_equal(got, paper)
                                          or np.array_equal(got, exact)):

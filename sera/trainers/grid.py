@@ -99,6 +99,7 @@ def run_label(config: RunConfig) -> str:
     """A folder name from the run's keys (the tables carry the keys; nothing parses this)."""
     keys = config.keys()
     parts = [keys["method"], f"n0-{keys['n0']}", keys["agg"], f"seed-{keys['seed']}"]
-    if keys["u_min"] != METHODS[config.method].u_min:  # a threshold other than the method's own
+    # a threshold other than the method's own (None: none recorded)
+    if keys["u_min"] != (METHODS[config.method].selection or None):
         parts.insert(1, f"umin-{keys['u_min'] or 0}")
     return "_".join(str(p) for p in parts)
