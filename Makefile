@@ -18,11 +18,13 @@ SCALE_STAMP := $(SCALE)/.installed
 
 install: $(STAMP)
 
+# --no-compile: Python compiles each module the first time it is imported (and keeps the .pyc);
+# compiling all of torch, transformers and Jupyter up front took two thirds of the set-up time.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet "$(TORCH)"
-	$(BIN)/pip install --quiet -e ".[notebooks,train,dev]"
+	$(BIN)/pip install --quiet --no-compile "$(TORCH)"
+	$(BIN)/pip install --quiet --no-compile -e ".[notebooks,train,dev]"
 	touch $(STAMP)
 
 # Two notebooks side by side, one torch thread each (kernels inherit OMP_NUM_THREADS=1).
@@ -55,7 +57,9 @@ lint: $(STAMP)
 # environments and the browser are installed in the background (first use only; mostly disk and
 # network, so the two cores stay with the suite; log in build/envs.log), where the disk has room
 # for all three at once; else each is installed just before its own tests, one at a time. Their
-# tests follow the suite.
+# tests follow the suite. The notebooks' tests check the executions `make figures` recorded in
+# build/notebooks/ where they match the sources and environment now (sera.teaching.executions),
+# else run the notebooks themselves.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	mkdir -p build; room=$$(df -Pk . | awk 'NR == 2 { print int($$4 / 1048576) }'); \

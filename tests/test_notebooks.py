@@ -4,12 +4,14 @@ the package functions each one lists in its first cell are the ones it uses."""
 import ast
 import base64
 import importlib
+import json
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from sera.teaching import executions
 from sera.teaching import notebooks as runner
 from sera.teaching.notebook_files import KEPT_CELL_METADATA
 
@@ -133,21 +135,32 @@ def test_strip_removes_what_jupyter_saves(tmp_path):
     assert path.read_text() == NOTEBOOKS[0].read_text()
 
 
+def _execute(path: Path, tmp_path: Path) -> executions.Execution:
+    """The notebook executed at the fast profile: the execution `make figures` recorded for
+    exactly these sources and this environment, every model trained in it (see
+    sera.teaching.executions), else a run here that trains into tmp_path."""
+    found = executions.reusable(path, "fast")
+    if found is not None:
+        return found
+    parameters = nbformat.read(path, as_version=4).cells[2].source
+    extra = {"runs_dir": str(tmp_path / "runs")} if "runs_dir" in parameters else None
+    runner.run_notebook(path, "fast", figures=tmp_path / "figures", output=tmp_path / "out",
+                        extra=extra)
+    return executions.Execution(tmp_path / "out" / path.name, tmp_path / "figures")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_and_writes_its_figures(path, tmp_path):
     declared = runner.declared_figures(path)
     assert declared, f"{path.name} declares no figures"
-    parameters = nbformat.read(path, as_version=4).cells[2].source
-    extra = {"runs_dir": str(tmp_path / "runs")} if "runs_dir" in parameters else None
-    runner.run_notebook(path, "fast", figures=tmp_path / "figures", output=tmp_path / "out",
-                        extra=extra)
+    execution = _execute(path, tmp_path)
     for name in declared:
         for ext in ("png", "pdf"):
-            written = tmp_path / "figures" / f"{name}.{ext}"
+            written = execution.figures / f"{name}.{ext}"
             assert written.stat().st_size > 1000, written
     # What a reader sees: every cell that saves a figure or ends with one shows it as an image.
-    executed = nbformat.read(tmp_path / "out" / path.name, as_version=4)
+    executed = nbformat.read(execution.notebook, as_version=4)
     figure_cells = [(i, c) for i, c in enumerate(executed.cells) if c.cell_type == "code"
                     and (c.source.strip().splitlines()[-1].strip() == "fig"
                          or re.search(r"savefig\(\w+, \"\w+\"", c.source))]
@@ -401,6 +414,11 @@ def test_notebooks_run_side_by_side_and_a_failure_is_reported(tmp_path, capsys, 
     executed = nbformat.read(tmp_path / "out" / "01_good.ipynb", as_version=4)
     cell = next(c for c in executed.cells if "OMP_NUM_THREADS" in c.source)
     assert cell.outputs[0]["text"].strip() == "1"  # one thread per kernel
+    # the finished notebook's execution is recorded for `make test`; the failed one's is not
+    recorded = json.loads((tmp_path / "out" / "01_good.run.json").read_text())
+    assert recorded["profile"] == "fast" and recorded["figures"] == {}
+    assert recorded["fingerprint"] == executions.fingerprint()
+    assert not (tmp_path / "out" / "02_bad.run.json").exists()
 
 
 def test_every_formula_becomes_mathml_without_raw_tex():
