@@ -251,3 +251,28 @@ def test_the_command_line_and_a_notebook_build_the_same_configuration(preset):
     notebook = dataclasses.replace(maze_trainer.PRESETS[preset], method="sera", agg="seqnorm",
                                    seed=2)
     assert parsed == notebook
+
+
+def test_two_grids_share_one_warm_up_and_read_back_each_others_runs(tmp_path):
+    # As notebooks 05 and 06 do: the second grid trains only the run the first lacks, and the
+    # runs it reads back give the same tables as the first grid's.
+    from sera import runstore
+    from sera.trainers import sequence as seq
+
+    base = _tiny(tmp_path, steps=2)
+    options = {"shared": tmp_path / "index", "warmup_dir": tmp_path / "warmups" / "maze",
+               "progress": False}
+    first = seq.run_grid(base, maze_trainer.build, [("maxrl", "token-mean")], [0],
+                         tmp_path / "05", **options)
+    warmed = (tmp_path / "warmups" / "maze" / "warmup.json").stat().st_mtime_ns
+    second = seq.run_grid(base, maze_trainer.build, [("sera", "token-mean"),
+                                                     ("maxrl", "token-mean")], [0],
+                          tmp_path / "06", **options)
+    assert (tmp_path / "warmups" / "maze" / "warmup.json").stat().st_mtime_ns == warmed
+    assert not (tmp_path / "05" / "warmup").exists() and not (tmp_path / "06" / "warmup").exists()
+    assert (tmp_path / "06" / "maxrl_n0-4_token-mean_seed-0").is_symlink()
+    read_back = second.final[second.final["method"] == "maxrl"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(read_back, first.final.reset_index(drop=True))
+    assert set(second.final["method"]) == {"maxrl", "sera"}
+    shared_run = tmp_path / "05" / "maxrl_n0-4_token-mean_seed-0"
+    assert sum(bool(r.get("finished")) for r in runstore.records(shared_run)) == 1

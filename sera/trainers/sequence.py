@@ -170,6 +170,11 @@ class SequenceStudy:
 def warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, settings: dict):
     """The supervised warm-up model, trained once per `settings` and reused from `folder`:
     cross-entropy on the reference answers' tokens. Returns (model, metrics rows)."""
+    with runstore.claim(folder, wait=True):  # a grid beside this one may be training it
+        return _warm_up(config, task, build_model, Path(folder), settings)
+
+
+def _warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, settings: dict):
     from sera.models import device, load_decoder
 
     stamp = folder / "warmup.json"
@@ -227,15 +232,19 @@ def train(config: SequenceConfig, build, callback=None) -> loop.Results:
 
 
 def run_grid(base: SequenceConfig, build, runs, seeds, runs_dir, rerun: bool = False,
-             progress: bool = True) -> loop.Results:
+             progress: bool = True, *, shared=None, warmup_dir=None) -> loop.Results:
     """Every (method, agg) in `runs` x seed of a sequence study, all from one warm-up in
-    runs_dir/warmup; `build` turns a config into its study."""
+    warmup_dir (default runs_dir/warmup); `build` turns a config into its study. Two grids
+    given the same warmup_dir and the same `shared` index (sera.trainers.grid.run_grid) train
+    the warm-up once and read back each other's finished runs of equal settings."""
     import dataclasses
 
-    base = dataclasses.replace(base, warmup_dir=str(Path(runs_dir) / "warmup"))
+    warmup_dir = Path(warmup_dir) if warmup_dir is not None else Path(runs_dir) / "warmup"
+    base = dataclasses.replace(base, warmup_dir=str(warmup_dir))
     configs = [dataclasses.replace(base, method=method, agg=agg, seed=seed)
                for seed in seeds for method, agg in runs]
-    return grid.run_grid(configs, build, runs_dir=runs_dir, rerun=rerun, progress=progress)
+    return grid.run_grid(configs, build, runs_dir=runs_dir, rerun=rerun, progress=progress,
+                         shared=shared)
 
 
 def sample_answers(folder, task: Task, index: int, n: int, max_new_tokens: int, seed: int = 0):
