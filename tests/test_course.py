@@ -6,6 +6,7 @@ study notebooks' review questions alike), the instructor one every one."""
 
 import math
 import re
+import types
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -54,35 +55,12 @@ def test_calling_sera_is_not_a_solution(name, package):
     assert feedback.done and not feedback.passed and "sera's own" in feedback.message
 
 
-def test_rounding_accepts_the_papers_rule_and_the_exact_max_min_only():
-    # The paper's rule, counted against the exact max-min on the check's 60 batches (32 fall
-    # below it), passes; so does an integer water-filling written with heapq alone; largest
-    # remainders, which stays within floor and ceiling and keeps the budget, does not.
-    import heapq
-
-    message = course.check_rounding(solutions.rounding).message
-    assert "below the exact integer max-min in 32." in message
-
-    def exact(p, continuous, level, budget, n_max):
-        counts = np.full(p.size, 2)
-        heap = [(-(1 - q) ** 1, i) for i, q in enumerate(p)]  # -(1 - kappa(p, 2))
-        heapq.heapify(heap)
-        while counts.sum() < budget:
-            _, i = heapq.heappop(heap)
-            counts[i] += 1
-            if counts[i] < n_max:
-                heapq.heappush(heap, (-(1 - p[i]) ** (counts[i] - 1), i))
-        return counts
-
-    assert course.check_rounding(exact).passed
-
-    def largest_remainders(p, continuous, level, budget, n_max):
-        counts = np.floor(continuous + 1e-9).astype(int)
-        counts[np.argsort(counts - continuous, kind="stable")[:budget - counts.sum()]] += 1
-        return counts
-
-    feedback = course.check_rounding(largest_remainders)
-    assert not feedback.passed and "largest remainders" in feedback.message
+def _student(source: str):
+    """The function a student's cell defines, with numpy as np and math imported as in the
+    exercise notebooks."""
+    namespace = {"np": np, "math": math}
+    exec(source, namespace)
+    return [v for v in namespace.values() if isinstance(v, types.FunctionType)][-1]
 
 
 def _waterline_with(h, budget, n_min):
@@ -94,67 +72,179 @@ def _waterline_with(h, budget, n_min):
     return counts
 
 
-def _rounded(rank):
+def _rounded(rank, guard=True):
     """A rounding that floors, then adds one rollout to the prompts first in rank(p, floor,
-    level)."""
+    level), none past n_max unless guard is off."""
     def rounding(p, continuous, level, budget, n_max):
         counts = np.floor(continuous + 1e-9).astype(int)
-        counts[np.argsort(rank(p, counts, level), kind="stable")[:budget - counts.sum()]] += 1
+        key = np.where(guard & (counts >= n_max), np.inf, rank(p, counts, level))
+        counts[np.argsort(key, kind="stable")[:budget - counts.sum()]] += 1
         return counts
     return rounding
 
 
-@pytest.mark.parametrize("name, mistake, hint", [
-    ("kappa", lambda p, n: 1 - (1 - p) ** n, "uncentered"),
-    ("kappa", lambda p, n: (1 - p) ** (n - 1), "is lost"),
-    ("kappa", lambda p, n: 1 - p ** (n - 1), "failure probability"),
-    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 2), "Off by one"),
-    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 1) + 0.01, "by hand"),
-    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 1), "loses its digits"),
-    ("centered_advantages", lambda r: r / r.mean() if r.mean() else r * 0, "uncentered"),
-    ("centered_advantages", lambda r: (r - r.mean()) / r.std() if r.std() else r * 0, "GRPO"),
-    ("centered_advantages", lambda r: (r - r.mean()) / (r.std() + 1e-6), "GRPO"),
-    ("centered_advantages", lambda r: (r - r.mean()) / (r.std(ddof=1) + 1e-6), "GRPO"),
-    ("centered_advantages", lambda r: (r - r.mean()) / r.mean(), "mean 0"),
-    ("centered_advantages", lambda r: (r - r.mean()) / r.size, "group's mean reward"),
+# The exact rule as notebook 02 and KEY_EQUATIONS.md word it: raise the lowest kappa, one rollout
+# at a time. From N_min it is the exact max-min; from the floors it differs on one batch of the
+# check's 60, where a prompt's continuous count sits at N_max and the exact max-min gives it less.
+WATER_FILLING = """
+def rounding(p, continuous, level, budget, n_max):
+    counts = {start}
+    while counts.sum() < budget:
+        kappa = 1 - (1 - p) ** (counts - 1)
+        kappa[counts >= n_max] = np.inf
+        counts[np.argmin(kappa)] += 1
+    return counts
+"""
+
+# The exact max-min written with heapq alone.
+HEAP = """
+import heapq
+
+def rounding(p, continuous, level, budget, n_max):
+    counts = np.full(p.size, 2)
+    heap = [(-(1 - q) ** 1, i) for i, q in enumerate(p)]  # -(1 - kappa(p, 2))
+    heapq.heapify(heap)
+    while counts.sum() < budget:
+        _, i = heapq.heappop(heap)
+        counts[i] += 1
+        if counts[i] < n_max:
+            heapq.heappush(heap, (-(1 - p[i]) ** (counts[i] - 1), i))
+    return counts
+"""
+
+# Within floor and ceiling and on budget, but ranked by the fractional parts.
+LARGEST_REMAINDERS = """
+def rounding(p, continuous, level, budget, n_max):
+    counts = np.floor(continuous + 1e-9).astype(int)
+    counts[np.argsort(counts - continuous, kind="stable")[:budget - counts.sum()]] += 1
+    return counts
+"""
+
+# Codex's numerically stable product (Chen et al. 2021): right to rounding.
+PRODUCT = """
+def pass_at_k(n, c, k):
+    if n - c < k:
+        return 1.0
+    return 1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1))
+"""
+
+
+def _kappa_after(p, f):
+    return 1 - (1 - p) ** f  # kappa(p, floor + 1)
+
+
+def _kappa_now(p, f):
+    return 1 - (1 - p) ** (f - 1)  # kappa(p, floor)
+
+
+def _weights(per_prompt):
+    """Weights from per_prompt(counts with rollouts, n0), 0 for a prompt without rollouts."""
+    def weights(counts, n0):
+        out = np.zeros(len(counts))
+        out[counts > 0] = per_prompt(counts[counts > 0], n0)
+        return out
+    return weights
+
+
+# One row per answer: the check, the student's function (a lambda or a cell's source), the share
+# of the points it gets, and a fragment of the message it gets. A named mistake keeps half the
+# points, an answer the check can only call different none, a right one (to ~1e-6) all.
+HINTS = [
+    ("kappa", lambda p, n: 1 - (1 - p) ** n, 0.5, "uncentered"),
+    ("kappa", lambda p, n: (1 - p) ** (n - 1), 0.5, "is lost"),
+    ("kappa", lambda p, n: 1 - p ** (n - 1), 0.5, "failure probability"),
+    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 2), 0.5, "Off by one"),
+    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 1) + 0.01, 0.0, "by hand"),
+    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 1), 0.5, "loses its digits"),
+    ("kappa", lambda p, n: -np.expm1((n - 1) * np.log1p(-p)) * (1 + 1e-7), 1.0, "correct"),
+    ("centered_advantages", lambda r: r / r.mean() if r.mean() else r * 0, 0.5, "uncentered"),
+    ("centered_advantages", lambda r: (r - r.mean()) / r.std() if r.std() else r * 0, 0.5,
+     "GRPO"),
+    ("centered_advantages", lambda r: (r - r.mean()) / r.std(), 0.5, "GRPO"),
+    ("centered_advantages", lambda r: (r - r.mean()) / (r.std() + 1e-6), 0.5, "GRPO"),
+    ("centered_advantages", lambda r: (r - r.mean()) / (r.std(ddof=1) + 1e-6), 0.5, "GRPO"),
+    ("centered_advantages", lambda r: r - r.mean(), 0.5, "left them unscaled"),
+    ("centered_advantages", lambda r: r / r.sum() - 1 / r.size if r.sum() else r * 0, 0.5,
+     "number of successes"),
+    ("centered_advantages", lambda r: (r - r.mean()) / r.sum() if r.sum() else r * 0, 0.5,
+     "number of successes"),
+    ("centered_advantages", lambda r: r / r.sum() - 1 if r.sum() else r * 0, 0.5,
+     "number of successes"),
+    ("centered_advantages", lambda r: (r - r.mean()) / r.size, 0.5, "group's size"),
+    ("centered_advantages", lambda r: (r.mean() - r) / r.mean() if r.mean() else r * 0, 0.5,
+     "signs are flipped"),
+    ("centered_advantages", lambda r: (r - r.mean()) / r.mean(), 0.5, "mean 0"),
+    ("centered_advantages", lambda r: (r - r.mean()) / r.mean() if r.mean() else r + 1, 0.5,
+     "carries no signal"),
+    ("centered_advantages", lambda r: 2 * r - 1, 0.0, "your advantages differ"),
+    ("centered_advantages", lambda r: r.mean(), 0.0, "one advantage per response"),
+    ("centered_advantages", lambda r: (r - r.mean()) / (r.mean() + 1e-8), 1.0, "correct"),
     ("two_prompt_waterline", lambda p1, p2, m, lo: np.array(
         [1 + (m - 2) * (1 / p1) / (1 / p1 + 1 / p2), 1 + (m - 2) * (1 / p2) / (1 / p1 + 1 / p2)]),
-     "1/p"),
+     0.5, "1/p"),
     ("two_prompt_waterline", lambda p1, p2, m, lo: solutions.two_prompt_waterline(p1, p2, m, 0),
-     "below N_min"),
-    ("two_prompt_waterline", lambda p1, p2, m, lo: np.array([m / 2, m / 2 + 1]), "add up"),
-    ("rounding", lambda p, c, lv, m, hi: np.floor(c), "budget is"),
-    ("rounding", lambda p, c, lv, m, hi: np.r_[np.floor(c[:-1]), m - np.floor(c[:-1]).sum()],
-     "rounded down or up"),
-    ("rounding", _rounded(lambda p, f, lv: (1 - (1 - p) ** (f - 1) - lv) ** 2), "before"),
-    ("rounding", _rounded(lambda p, f, lv: -(1 - (1 - p) ** f - lv) ** 2), "farthest"),
-    ("rounding", _rounded(lambda p, f, lv: np.arange(p.size)), "other prompts"),
+     0.5, "below N_min"),
+    ("two_prompt_waterline", lambda p1, p2, m, lo: np.array([m / 2, m / 2 + 1]), 0.5, "add up"),
     ("two_prompt_waterline", lambda p1, p2, m, lo: _waterline_with(-np.log([p1, p2]), m, lo),
-     "chance of failing"),
-    ("pass_at_k", lambda n, c, k: math.comb(n - c, k) / math.comb(n, k), "all K samples miss"),
-    ("multiplicity_weights", lambda counts, n0: counts / n0, "Upside down"),
-    ("multiplicity_weights", lambda counts, n0: np.divide(1.0, counts, out=np.zeros(len(counts)),
-                                                          where=counts > 0), "sum to 1"),
-    ("multiplicity_weights", lambda counts, n0: n0 / counts, "weight 0"),
-    ("pass_at_k", lambda n, c, k: 1 - (1 - c / n) ** k, "biased"),
-    ("pass_at_k", lambda n, c, k: 1 - math.comb(n - c, k - 1) / math.comb(n, k - 1),
+     0.5, "chance of failing"),
+    ("rounding", solutions.rounding, 1.0, "below the exact integer max-min in 32."),
+    ("rounding", HEAP, 1.0, "correct"),
+    ("rounding", WATER_FILLING.format(start="np.full(p.size, 2)"), 1.0, "correct"),
+    ("rounding", WATER_FILLING.format(start="np.floor(continuous + 1e-9).astype(int)"), 0.5,
+     "started from the floors"),
+    ("rounding", _rounded(lambda p, f, lv: (_kappa_after(p, f) - lv) ** 2, guard=False), 0.5,
+     "N_max = 16 got one more"),
+    ("rounding", lambda p, c, lv, m, hi: np.floor(c), 0.5, "budget is"),
+    ("rounding", lambda p, c, lv, m, hi: np.r_[np.floor(c[:-1]), m - np.floor(c[:-1]).sum()],
+     0.5, "rounded down or up"),
+    ("rounding", LARGEST_REMAINDERS, 0.5, "largest remainders"),
+    ("rounding", _rounded(lambda p, f, lv: (_kappa_now(p, f) - lv) ** 2), 0.5, "before"),
+    ("rounding", _rounded(lambda p, f, lv: -(_kappa_after(p, f) - lv) ** 2), 0.5, "farthest"),
+    ("rounding", _rounded(lambda p, f, lv: np.arange(p.size)), 0.0, "other prompts"),
+    ("rounding", lambda p, c, lv, m, hi: c, 0.0, "whole number"),
+    ("multiplicity_weights", lambda counts, n0: counts / n0, 0.5, "Upside down"),
+    ("multiplicity_weights", _weights(lambda c, n0: 1 / c), 0.5, "sum to 1"),
+    ("multiplicity_weights", lambda counts, n0: n0 / counts, 0.5, "weight 0"),
+    ("multiplicity_weights", _weights(lambda c, n0: c.mean() / c), 0.5, "mean count"),
+    ("multiplicity_weights", lambda counts, n0: _weights(lambda c, _: counts.mean() / c)(
+        counts, n0), 0.5, "mean count"),
+    ("multiplicity_weights", _weights(lambda c, n0: (1 / c) / (1 / c).sum()), 0.5,
+     "rest of the batch"),
+    ("multiplicity_weights", _weights(lambda c, n0: c.size * n0 / c / (n0 / c).sum()), 0.5,
+     "rest of the batch"),
+    ("multiplicity_weights", lambda counts, n0: np.where(counts > 0, n0 / np.maximum(counts, 1),
+                                                         n0), 0.5, "no responses to weigh"),
+    ("multiplicity_weights", _weights(lambda c, n0: n0 / c ** 2), 0.0, "total weight"),
+    ("multiplicity_weights", _weights(lambda c, n0: n0 / c * (1 + 1e-8)), 1.0, "correct"),
+    ("pass_at_k", lambda n, c, k: math.comb(n - c, k) / math.comb(n, k), 0.5,
+     "all K samples miss"),
+    ("pass_at_k", lambda n, c, k: 1 - (1 - c / n) ** k, 0.5, "biased"),
+    ("pass_at_k", lambda n, c, k: 1 - math.comb(c, k) / math.comb(n, k), 0.5,
+     "subtracted the chance that all K samples are correct"),
+    ("pass_at_k", lambda n, c, k: math.comb(c, k) / math.comb(n, k), 0.5, "at least one"),
+    ("pass_at_k", lambda n, c, k: c / n, 0.5, "does not change with K"),
+    ("pass_at_k", lambda n, c, k: 1 - math.comb(n - c, k - 1) / math.comb(n, k - 1), 0.0,
      "is off"),
-])
-def test_each_typical_mistake_gets_its_hint(name, mistake, hint, capsys):
+    ("pass_at_k", PRODUCT, 1.0, "correct"),
+]
+
+
+@pytest.mark.parametrize("name, student, credit, hint", HINTS,
+                         ids=[f"{row[0]}: {row[3]}" for row in HINTS])
+def test_each_answer_gets_the_hint_for_what_it_is(name, student, credit, hint, capsys):
+    fn = _student(student) if isinstance(student, str) else student
     with np.errstate(divide="ignore", invalid="ignore"):
-        feedback = course.CHECKS[name](mistake)
+        feedback = course.CHECKS[name](fn)
         out = capsys.readouterr().out
-        revealed = course.CHECKS[name](mistake, answers=True)
-    assert feedback.done and not feedback.passed
-    assert hint in feedback.message, feedback.message
+        revealed = course.CHECKS[name](fn, answers=True)
+    assert feedback.done and hint in feedback.message, feedback.message
+    assert feedback.passed == (credit == 1.0), feedback.message
+    assert feedback.score(2) == 2 * credit, feedback.message
     assert "Traceback" not in out and out.count(feedback.message) == 1
     # Graded mode: no expected values, no formula; answers=True adds them where there are any.
     for secret in ("expected", "expm1", "log1p", "C(n-c", "1 - (1-p)^(N-1)", "0.36"):
         assert secret not in feedback.message, feedback.message
     assert revealed.message.startswith(feedback.message)
-    # graded: a named mistake keeps half the points, an answer the check can only call off none
-    generic = hint in ("by hand", "is off", "other prompts")
-    assert feedback.score(2) == (0.0 if generic else 1.0)
 
 
 def test_an_error_in_student_code_is_a_message():

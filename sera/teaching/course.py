@@ -3,15 +3,19 @@ wrote, tries it on cases chosen to catch the usual mistakes, and prints what it 
 hint when something is off, never a traceback. Each returns a Feedback as well, for the tests.
 
 A stub that still raises NotImplementedError is reported as "not done yet"; a function that calls
-sera itself is not a solution. Hints say what is wrong, not what is right: the expected values
-and the formula are added only with answers=True (self-study; a graded class leaves it off).
+sera itself is not a solution. A typical mistake is named only where it explains the student's
+values (for kappa, the advantages, the weights, the rounding and Pass@K: on every checked case),
+else the hint is generic; values right to about six digits pass. Hints say what is wrong, not
+what is right: the expected values and the formula are added only with answers=True
+(self-study; a graded class leaves it off).
 The reference solutions are the exercise notebooks' solution cells (sera.teaching.release).
 """
 
 from __future__ import annotations
 
+import math
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -104,7 +108,8 @@ def _report(name: str, fn, run, answers: bool) -> Feedback:
     return feedback
 
 
-def _close(a, b, rtol=1e-9, atol=1e-12) -> bool:
+def _close(a, b, rtol=1e-6, atol=1e-9) -> bool:
+    """Equal to about six digits: an answer right to rounding (or to a 1e-8 guard) passes."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
 
@@ -135,7 +140,7 @@ def check_kappa(fn, answers: bool = False) -> Feedback:
                     return Hint(hint, "kappa = 1 - (1-p)^(N-1).")
             return Hint("The values differ from the fidelity; work out p = 0.2, N = 3 by hand.",
                         "kappa(0.2, 3) = 0.36.", credit=0.0)
-        if abs(float(fn(1e-12, 3)) - 2e-12) > 1e-20:
+        if not _close(float(fn(1e-12, 3)), 2e-12, atol=0):
             return Hint("Right formula, but at p = 1e-12 it loses its digits: 1 - (1-p)^2 rounds "
                         "to a multiple of 1e-16. numpy has functions that keep them.",
                         "Use -expm1((N-1) * log1p(-p)).")
@@ -146,37 +151,70 @@ def check_kappa(fn, answers: bool = False) -> Feedback:
 
 def check_centered_advantages(fn, answers: bool = False) -> Feedback:
     """fn(rewards) -> MaxRL's centered advantages (r - mean) / mean for one group (0 if no
-    success)."""
+    success). A typical mistake is named only when it explains every group with a success."""
 
     def run(fn):
-        cases = [np.array([1.0, 0, 0, 0]), np.array([1.0, 1, 0]), np.array([0.0, 0, 0]),
-                 np.array([1.0, 1, 1, 1]), np.array([0.0, 1])]
-        for r in cases:
-            got = np.asarray(fn(r.copy()), dtype=float)
-            mean = r.mean()
-            want = (r - mean) / mean if mean > 0 else np.zeros_like(r)
-            if _close(got, want):
-                continue
-            expected = f"For rewards {r.tolist()} expected {np.round(want, 4).tolist()}."
-            if mean == 0 and not np.all(np.isfinite(got)):
-                return Hint("A group without any success has mean 0: return zeros there instead "
-                            "of dividing by it.")
-            if mean > 0 and _close(got, r / mean):
-                return Hint("These are the uncentered advantages: subtract the group's mean "
-                            "first.", expected)
-            std = r.std()
-            if mean > 0 and std > 0 and any(_close(got, (r - mean) / (s + eps), rtol=1e-5,
-                                                   atol=1e-5)
-                                            for s in (std, r.std(ddof=1)) for eps in (0, 1e-6,
-                                                                                      1e-8)):
-                return Hint("Dividing by the standard deviation is GRPO; MaxRL divides by "
-                            "another statistic of the group.", expected)
-            if mean > 0 and _close(got, (r - mean) / r.size):
-                return Hint("Divide by the group's mean reward, not by its size.", expected)
-            return Hint(f"For rewards {r.tolist()} your advantages differ.", expected, 0.0)
+        groups = [np.array([1.0, 0, 0, 0]), np.array([1.0, 1, 0]), np.array([0.0, 0, 0]),
+                  np.array([1.0, 1, 1, 1]), np.array([0.0, 1])]
+        got = [np.asarray(fn(r.copy()), dtype=float) for r in groups]
+        if any(g.shape != r.shape for g, r in zip(got, groups, strict=True)):
+            return Hint("Return one advantage per response, in the order of the rewards.",
+                        credit=0.0)
+        want = [(r - r.mean()) / r.mean() if r.mean() > 0 else np.zeros_like(r) for r in groups]
+        off = [i for i, r in enumerate(groups) if not _close(got[i], want[i])]
+        if any(groups[i].mean() > 0 for i in off):
+            i = next(i for i in off if groups[i].mean() > 0)
+            shown = f"For rewards {groups[i].tolist()}"
+            expected = f"{shown} expected {np.round(want[i], 4).tolist()}."
+            for mistake, hint in _ADVANTAGE_MISTAKES:
+                if _explains(mistake, groups, got):
+                    return Hint(hint, expected)
+            return Hint(f"{shown} your advantages differ.", expected, 0.0)
+        if not all(np.all(np.isfinite(got[i])) for i in off):
+            return Hint("A group without any success has mean 0: return zeros there instead "
+                        "of dividing by it.")
+        if off:
+            return Hint("A group without any success carries no signal: every advantage there "
+                        "should be 0.")
         return None
 
     return _report("centered advantages", fn, run, answers)
+
+
+def _explains(mistake, groups, got) -> bool:
+    """True when the mistake gives the student's advantages on every group with a success."""
+    for r, advantages in zip(groups, got, strict=True):
+        candidates = mistake(r) if r.mean() > 0 else []
+        if candidates and not any(_close(advantages, m, rtol=1e-5, atol=1e-5)
+                                  for m in candidates):
+            return False
+    return True
+
+
+def _grpo(r) -> list:
+    """GRPO's advantages as students write them: either standard deviation, with or without a
+    small epsilon (none where the rewards are all equal: a guard's zeros and 0/0 alike)."""
+    return [(r - r.mean()) / (s + eps) for s in (r.std(), r.std(ddof=1)) if s > 0
+            for eps in (0, 1e-6, 1e-8)]
+
+
+# The typical mistakes: the candidate advantages each gives a group with a success (none: any
+# answer fits there), and its hint.
+_ADVANTAGE_MISTAKES = [
+    (lambda r: [r / r.mean()], "These are the uncentered advantages: subtract the group's mean "
+     "first."),
+    (_grpo, "Dividing by the standard deviation is GRPO; MaxRL divides by another statistic of "
+     "the group."),
+    (lambda r: [r - r.mean()], "You centred the rewards but left them unscaled (GRPO without its "
+     "division); MaxRL divides the centred rewards by a statistic of the group."),
+    (lambda r: [(r - r.mean()) / r.size], "You divided by the group's size; MaxRL divides by "
+     "another statistic of the group."),
+    (lambda r: [(r - r.mean()) / r.sum(), r / r.sum() - 1], "You used the number of successes "
+     "where MaxRL uses a statistic per rollout: a count grows with the group's size, an "
+     "advantage should not."),
+    (lambda r: [(r.mean() - r) / r.mean()], "Your signs are flipped: a success should get a "
+     "positive advantage, a failure a negative one."),
+]
 
 
 # ---------------------------------------------------------------------- exercise 2: waterline
@@ -235,41 +273,37 @@ def check_rounding(fn, answers: bool = False) -> Feedback:
     max-min passes too. Ties between equally close prompts may go either way."""
 
     def run(fn):
-        rng = np.random.default_rng(0)
-        below, wrong = 0, []
-        for _ in range(60):
-            p = rng.uniform(0.02, 0.95, int(rng.integers(2, 6)))
-            budget = int(rng.integers(2 * p.size + 1, 8 * p.size))
-            line = waterline(p, budget, 2, 16)
-            level = -np.expm1(-line.lam)
-            got = np.asarray(fn(p.copy(), line.counts.copy(), level, budget, 16))
-            paper = allocate(p, budget, 2, 16, rule="paper").counts
-            exact = allocate(p, budget, 2, 16, rule="exact").counts
-            below += _kappa(p, paper).min() < _kappa(p, exact).min() - 1e-12
-            if got.shape == p.shape and (np.array_equal(got, paper)
-                                         or np.array_equal(got, exact)):
-                continue
-            hint = _rounding_shape(got, line.counts, budget)
-            if hint is not None:
-                return hint
-            batch = _Batch(p, line.counts, level, budget, paper, np.round(got).astype(int))
-            if not batch.tie():
-                wrong.append(batch)
-        if wrong:
-            return _rounding_hint(wrong)
+        batches = []
+        for batch in _rounding_batches():
+            got = np.asarray(fn(batch.p.copy(), batch.continuous.copy(), batch.level,
+                                batch.budget, batch.n_max))
+            if not (got.shape == batch.p.shape and (np.array_equal(got, batch.paper)
+                                                    or np.array_equal(got, batch.exact))):
+                hint = _rounding_shape(got, batch.continuous, batch.budget, batch.n_max)
+                if hint is not None:
+                    return hint
+            batches.append(replace(batch, got=np.round(got).astype(int)))
+        if not all(b.accepted() for b in batches):
+            return _rounding_hint(batches)
+        below = sum(_kappa(b.p, b.paper).min() < _kappa(b.p, b.exact).min() - 1e-12
+                    for b in batches)
         return (f"On the same 60 batches the paper's rule leaves the lowest kappa below the "
                 f"exact integer max-min in {below}.")
 
     return _report("rounding", fn, run, answers)
 
 
-def _rounding_shape(got, continuous, budget) -> Hint | None:
-    """A hint when got is not whole numbers, misses the budget or leaves floor and ceiling."""
+def _rounding_shape(got, continuous, budget, n_max) -> Hint | None:
+    """A hint when got is not whole numbers, misses the budget, passes n_max or leaves floor and
+    ceiling."""
     if got.shape != continuous.shape or not np.allclose(got, np.round(got)):
         return Hint("Return one whole number per prompt.", credit=0.0)
     got = np.round(got).astype(int)
     if got.sum() != budget:
         return Hint(f"Your counts add to {got.sum()}; the budget is {budget}.")
+    if np.any(got > n_max):
+        return Hint(f"A prompt already at N_max = {n_max} got one more rollout: no count may "
+                    f"pass N_max.")
     floor = np.floor(continuous + 1e-9).astype(int)
     if np.any(got < floor) or np.any(got > floor + 1):
         return Hint("Each count should be its continuous count rounded down or up.")
@@ -278,14 +312,17 @@ def _rounding_shape(got, continuous, budget) -> Hint | None:
 
 @dataclass(frozen=True)
 class _Batch:
-    """One checked batch whose rounding differs from the paper's."""
+    """One checked batch: the waterline's input and solution, the paper's and the exact counts,
+    and the student's (once asked)."""
 
     p: np.ndarray
     continuous: np.ndarray
     level: float
     budget: int
+    n_max: int
     paper: np.ndarray
-    got: np.ndarray
+    exact: np.ndarray
+    got: np.ndarray | None = None
 
     @property
     def floor(self) -> np.ndarray:
@@ -301,17 +338,48 @@ class _Batch:
         return bool(np.allclose(np.sort(after[self.got > floor]),
                                 np.sort(after[self.paper > floor])))
 
+    def accepted(self) -> bool:
+        return (np.array_equal(self.got, self.paper) or np.array_equal(self.got, self.exact)
+                or self.tie())
+
     def ranked(self, key) -> np.ndarray:
-        """The floors plus one rollout for the prompts first in key."""
+        """The floors plus one rollout for the prompts first in key, none past n_max."""
         counts = self.floor.copy()
+        key = np.where(counts >= self.n_max, np.inf, key)
         counts[np.argsort(key, kind="stable")[:self.budget - counts.sum()]] += 1
         return counts
 
 
-def _rounding_hint(wrong: list[_Batch]) -> Hint:
-    """The typical mistake that explains every batch where the rounding differs, or a hint on
-    the first of them."""
-    mistakes = [
+def _rounding_batches():
+    """The 60 checked batches (2 to 5 prompts, N_min = 2, N_max = 16), the same every time."""
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        p = rng.uniform(0.02, 0.95, int(rng.integers(2, 6)))
+        budget = int(rng.integers(2 * p.size + 1, 8 * p.size))
+        line = waterline(p, budget, 2, 16)
+        yield _Batch(p, line.counts, float(-np.expm1(-line.lam)), budget, 16,
+                     allocate(p, budget, 2, 16, rule="paper").counts,
+                     allocate(p, budget, 2, 16, rule="exact").counts)
+
+
+def _rounding_hint(batches: list[_Batch]) -> Hint:
+    """The typical mistake that gives the student's counts on every batch, or a hint on the first
+    batch the rounding gets wrong."""
+    first = next(b for b in batches if not b.accepted())
+    for key, hint in _rounding_mistakes(first):
+        if all(np.array_equal(b.got, b.ranked(key(b))) for b in batches):
+            return hint
+    return Hint(f"For p = {np.round(first.p, 3).tolist()} and budget {first.budget} your extra "
+                f"rollouts went to other prompts than the paper's rule picks: compare each "
+                f"prompt's fidelity after one more rollout with the level.",
+                f"Expected {first.paper.tolist()}.", 0.0)
+
+
+def _rounding_mistakes(first: _Batch) -> list:
+    """Each typical mistake: the ranking of the prompts that get the extra rollouts, smallest
+    first, and its hint (first: the first batch the student's rounding gets wrong)."""
+    return [
+        (lambda b: _kappa(b.p, b.floor), _from_the_floors(first)),
         (lambda b: -(b.continuous - b.floor),
          Hint("You handed the missing rollouts out by the size of the fractional parts "
               "(largest remainders). The paper ranks the prompts by the fidelity each would "
@@ -324,14 +392,19 @@ def _rounding_hint(wrong: list[_Batch]) -> Hint:
          Hint("Your extra rollouts went to the prompts whose fidelity after one more rollout "
               "lies farthest from the level; the paper picks the closest.")),
     ]
-    for key, hint in mistakes:
-        if all(np.array_equal(b.got, b.ranked(key(b))) for b in wrong):
-            return hint
-    first = wrong[0]
-    return Hint(f"For p = {np.round(first.p, 3).tolist()} and budget {first.budget} your extra "
-                f"rollouts went to other prompts than the paper's rule picks: compare each "
-                f"prompt's fidelity after one more rollout with the level.",
-                f"Expected {first.paper.tolist()}.", 0.0)
+
+
+def _from_the_floors(first: _Batch) -> Hint:
+    """The hint for the exact rule's water-filling started from the floors, which misses the
+    exact max-min where a floor is more than the exact count (a prompt held at N_max)."""
+    over = np.flatnonzero(first.floor > first.exact)
+    held = "a prompt" if not over.size else f"the prompt with p = {first.p[over[0]]:.3g}"
+    if over.size and first.floor[over[0]] >= first.n_max:
+        held += ", at N_max,"
+    return Hint(f"Raising the lowest fidelity one rollout at a time is the exact max-min's idea, "
+                f"but started from the floors it never takes a rollout back: for p = "
+                f"{np.round(first.p, 3).tolist()} and budget {first.budget} {held} keeps a "
+                f"rollout that would raise the lowest fidelity more on another prompt.")
 
 
 # ---------------------------------------------------------------------- exercise 3: weights, Pass@K
@@ -341,52 +414,79 @@ def check_multiplicity_weights(fn, answers: bool = False) -> Feedback:
     """fn(counts, n0) -> the per-response weight n0 / N_q, 0 where N_q = 0."""
 
     def run(fn):
-        counts = np.array([2, 4, 8, 32, 0])
-        got = np.asarray(fn(counts.copy(), 8), dtype=float)
+        counts, n0 = np.array([2, 4, 8, 32, 0]), 8
+        got = np.asarray(fn(counts.copy(), n0), dtype=float)
         want = np.array([4.0, 2.0, 1.0, 0.25, 0.0])
-        expected = f"For counts {counts.tolist()} and n0 = 8 expected {want.tolist()}."
+        expected = f"For counts {counts.tolist()} and n0 = {n0} expected {want.tolist()}."
         if _close(got, want):
             return None
         if got.shape != want.shape:
             return Hint("Return one weight per prompt.", credit=0.0)
         if not np.all(np.isfinite(got)):
             return Hint("A prompt with no rollouts gets weight 0, not a division by zero.")
-        if _close(got[:4], counts[:4] / 8):
+        used, totals = counts > 0, counts * got
+        if _close(got[used], want[used]):
+            return Hint("A prompt with no rollouts has no responses to weigh: its weight is 0.")
+        if _close(got[used], counts[used] / n0):
             return Hint("Upside down: a prompt with more rollouts gets a smaller weight.",
                         expected)
-        if _close(got[:4], 1 / counts[:4]):
+        if not _close(totals[used], np.full(used.sum(), totals[used][0])):
+            return Hint("Check a prompt's total weight, its count times its weight: it should be "
+                        "the same for every prompt that got rollouts.", expected, 0.0)
+        total = totals[used][0]
+        if _close(total, 1):
             return Hint("Your weights make a prompt's responses sum to 1, not to what it "
                         "carried under uniform counts (n0).", expected)
-        return Hint("Check a prompt's total weight, its count times its weight: it should be the "
-                    "same for every prompt that got rollouts.", expected, 0.0)
+        if any(_close(total, counts[kept].mean()) for kept in (used, slice(None))):
+            return Hint("Every prompt gets the same total weight, as it should, but you used the "
+                        "batch's mean count where the uniform count n0 belongs.")
+        return Hint(f"Every prompt gets the same total weight, as it should, but yours is "
+                    f"{total:.4g}, not what a prompt carried under uniform counts (n0): a "
+                    f"weight should not depend on the rest of the batch.")
 
     return _report("multiplicity weights", fn, run, answers)
 
 
 def check_pass_at_k(fn, answers: bool = False) -> Feedback:
-    """fn(n, c, k) -> the unbiased Pass@K from c correct among n samples."""
+    """fn(n, c, k) -> the unbiased Pass@K from c correct among n samples. A typical mistake is
+    named only when it explains every checked case."""
 
     def run(fn):
         cases = [(10, 3, 1), (10, 3, 4), (16, 1, 8), (8, 0, 2), (8, 7, 2), (20, 5, 20), (5, 5, 3)]
-        for n, c, k in cases:
-            got = float(fn(n, c, k))
-            want = float(_pass_at_k(n, c, k))
-            if abs(got - want) < 1e-9:
-                continue
-            expected = f"For n = {n}, c = {c}, K = {k} expected {want:.6f}."
-            if abs(got - (1 - want)) < 1e-9 and c not in (0, n):
-                return Hint("You returned the chance that all K samples miss every correct one; "
-                            "Pass@K is the chance that at least one of them is correct.",
-                            "Pass@K = 1 - C(n-c, K) / C(n, K).")
-            if abs(got - (1 - (1 - c / n) ** k)) < 1e-9:
-                return Hint("1 - (1 - c/n)^K draws with replacement: it is biased for K > 1. "
-                            "Count the ways K samples drawn without replacement miss every "
-                            "correct one.", "Use 1 - C(n-c, K) / C(n, K).")
-            return Hint(f"For n = {n}, c = {c}, K = {k} your value {got:.6f} is off.", expected,
-                        0.0)
-        return None
+        got = np.array([float(fn(n, c, k)) for n, c, k in cases])
+        want = np.array([float(_pass_at_k(n, c, k)) for n, c, k in cases])
+        if _close(got, want):
+            return None
+        for mistake, hint in _PASS_AT_K_MISTAKES:
+            if _close(got, [mistake(n, c, k) for n, c, k in cases]):
+                return hint
+        i = int(np.flatnonzero(~np.isclose(got, want, rtol=1e-6, atol=1e-9))[0])
+        (n, c, k), value = cases[i], got[i]
+        return Hint(f"For n = {n}, c = {c}, K = {k} your value {value:.6f} is off.",
+                    f"For n = {n}, c = {c}, K = {k} expected {want[i]:.6f}.", 0.0)
 
     return _report("Pass@K", fn, run, answers)
+
+
+_WITHOUT = "Use 1 - C(n-c, K) / C(n, K)."
+# The typical mistakes: each one's value for (n, c, K), and its hint.
+_PASS_AT_K_MISTAKES = [
+    (lambda n, c, k: math.comb(n - c, k) / math.comb(n, k),
+     Hint("You returned the chance that all K samples miss every correct one; Pass@K is "
+          "the chance that at least one of them is correct.", _WITHOUT)),
+    (lambda n, c, k: 1 - (1 - c / n) ** k,
+     Hint("1 - (1 - c/n)^K draws with replacement: it is biased for K > 1. Count the ways K "
+          "samples drawn without replacement miss every correct one.", _WITHOUT)),
+    (lambda n, c, k: 1 - math.comb(c, k) / math.comb(n, k),
+     Hint("You subtracted the chance that all K samples are correct; a draw of K fails only "
+          "when none of its samples is correct.")),
+    (lambda n, c, k: math.comb(c, k) / math.comb(n, k),
+     Hint("You returned the chance that all K samples are correct; Pass@K asks for at least "
+          "one.")),
+    (lambda n, c, k: c / n,
+     Hint("Your value does not change with K: c/n is Pass@1, and more samples give more chances "
+          "that one of them is correct.")),
+]
 
 
 CHECKS = {"kappa": check_kappa, "centered_advantages": check_centered_advantages,
