@@ -278,3 +278,63 @@ def test_resume_inside_a_generation_replans_and_rerecords_nothing(tmp_path, batc
         # Later batches are generated at the uninterrupted run's steps, not shifted by the resume.
         assert [e["step"] for e in log[1:]] == [e["step"] for e in whole.sera_log][generation + 1:]
         assert resumed.sera_planner.state_dict() == whole.sera_planner.state_dict(), step
+
+
+# The steps of transformers' Trainer._save_checkpoint, in order; a crash is raised at each.
+SAVE_STEPS = ["save_model", "_save_optimizer_and_scheduler", "_save_rng_state"]
+
+
+@pytest.mark.parametrize("crash_at", [*SAVE_STEPS, "rotate_checkpoints"])
+def test_a_crash_inside_a_save_leaves_a_checkpoint_that_resumes(tmp_path, monkeypatch, crash_at):
+    """The run dies inside its second save (save_total_limit=1): the first checkpoint is still
+    there and whole, the half-written one is passed over by resume_from_checkpoint=True and
+    refused by name, and the resumed run ends with the uninterrupted run's history."""
+    import transformers.trainer as hf
+
+    settings = dict(steps=8, levels=[0.05, 0.5, 0.9, 0.3], reward=_position_reward,
+                    save_total_limit=1)
+    whole = make_trainer(tmp_path / "whole", **settings)
+    whole.train()
+    crashed = make_trainer(tmp_path / "out", **settings)
+    target = hf if crash_at == "rotate_checkpoints" else type(crashed).__mro__[1]
+    original = getattr(target, crash_at)
+
+    def dies(*args, **kwargs):
+        if crashed.state.global_step == 8:
+            raise KeyboardInterrupt(f"killed inside {crash_at}")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(target, crash_at, dies)
+    with pytest.raises(KeyboardInterrupt):
+        crashed.train()
+    monkeypatch.undo()
+    out = tmp_path / "out"
+    assert (out / "checkpoint-4" / "trainer_state.json").exists()
+    assert (out / "checkpoint-4" / plugin.HISTORY_FILE).exists()
+    assert (out / "checkpoint-8" / plugin.HISTORY_FILE).exists()  # written first
+    complete = crash_at == "rotate_checkpoints"  # everything but the clean-up was written
+    assert plugin.last_complete_checkpoint(out) == str(out / f"checkpoint-{8 if complete else 4}")
+    if not complete:
+        with pytest.raises(ValueError, match="checkpoint-8 has no trainer_state.json.*"
+                                             "resume from .*checkpoint-4"):
+            make_trainer(out, **settings).train(resume_from_checkpoint=str(out / "checkpoint-8"))
+    resumed = make_trainer(out, **settings)
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.sera_planner.state_dict() == whole.sera_planner.state_dict()
+
+
+def test_a_history_saved_with_other_settings_or_broken_is_refused_with_its_path(tmp_path):
+    first = make_trainer(tmp_path / "out", steps=4)
+    first.train()
+    checkpoint = tmp_path / "out" / "checkpoint-4"
+    history = checkpoint / plugin.HISTORY_FILE
+    with pytest.raises(ValueError, match=r"sera_history.json: .*n0 = 4.*this run has n0 = 2"):
+        make_trainer(tmp_path / "other", steps=5, num_generations=2).train(
+            resume_from_checkpoint=str(checkpoint))
+    saved = history.read_text()
+    for broken, match in (("{not json", "is not a SERA history .not JSON"),
+                          ('{"history": {}}', "lacks n0, planned")):
+        history.write_text(broken)
+        with pytest.raises(ValueError, match=f"{history}.*{match}"):
+            make_trainer(tmp_path / "out", steps=5).train(resume_from_checkpoint=str(checkpoint))
+    history.write_text(saved)

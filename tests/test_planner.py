@@ -117,6 +117,14 @@ def test_state_round_trips_through_a_folder_and_refuses_mismatches(tmp_path):
         Planner(5, 4, allocator).load(tmp_path / "global_step_1")
     with pytest.raises(ValueError, match=r"history_gamma = 0.7 saved, 0.5 now.*n_min = 3 saved"):
         Planner(6, 4).load(tmp_path / "global_step_1")
+    with pytest.raises(ValueError, match=r"global_step_1.*n0 = 4, this run has n0 = 8"):
+        Planner(6, 8, allocator).load(tmp_path / "global_step_1")
+    with pytest.raises(ValueError, match=r"prompts_per_epoch = 6, this run has .* = 3"):
+        Planner(6, 4, allocator, prompts_per_epoch=3).load(tmp_path / "global_step_1")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / HISTORY_FILE).write_text('{"history": ')
+    with pytest.raises(ValueError, match=r"broken.*is not a SERA history"):
+        Planner(6, 4).load(tmp_path / "broken")
 
 
 def test_bad_arguments_are_named():

@@ -197,8 +197,13 @@ class Planner:
                 "allocator": as_dict(self.allocator)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume from `state_dict()`'s output, refusing a history of another training set or
-        another allocator."""
+        """Resume from `state_dict()`'s output, refusing a history of another training set,
+        another number of rollouts per prompt (n0: TRL's num_generations, verl's rollout.n),
+        another epoch length or another allocator."""
+        missing = [k for k in ("history", "n0", "planned") if k not in state]
+        if missing:
+            raise ValueError(f"the saved state lacks {', '.join(missing)}: it was not written by "
+                             f"Planner.state_dict")
         saved = len(state["history"]["successes"])
         if saved != self.n_prompts:
             raise ValueError(f"the saved history covers n_prompts = {saved} prompts, the training "
@@ -212,6 +217,11 @@ class Planner:
                 "the saved history was kept with another allocator: "
                 + ", ".join(f"{k} = {theirs.get(k)!r} saved, {mine.get(k)!r} now" for k in differ)
                 + "; pass the saved AllocatorConfig to resume, or start a new history")
+        for name, now in (("n0", self.n0), ("prompts_per_epoch", self.prompts_per_epoch)):
+            if state.get(name) is not None and now is not None and state[name] != now:
+                raise ValueError(f"the saved history was kept with {name} = {state[name]!r}, "
+                                 f"this run has {name} = {now!r}; resume with the saved setting "
+                                 f"or start a new history")
         self.history.load_state_dict(state["history"])
         self.planned = int(state["planned"])
         self.last_plan = state.get("last_plan")  # absent in files of earlier versions
@@ -230,8 +240,28 @@ class Planner:
             raise FileNotFoundError(f"{path} is missing: the checkpoint was not written with "
                                     f"SERA's plug-in, so the success history cannot resume; "
                                     f"resume from a checkpoint the plug-in wrote, or start anew")
+        self.load_file_state(read_state(path), path)
+
+    def load_file_state(self, state: dict, path) -> None:
+        """load_state_dict(state) for the state read from path; an error names the file."""
+        try:
+            self.load_state_dict(state)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: {exc}") from exc
+
+
+def read_state(path) -> dict:
+    """The planner state stored at path (JSON); ValueError naming the file when it is not one."""
+    try:
         with open(path) as f:
-            self.load_state_dict(json.load(f))
+            state = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not a SERA history (not JSON: {exc}); resume from another "
+                         f"checkpoint or start a new history") from exc
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} is not a SERA history (a JSON {type(state).__name__}, not an "
+                         f"object)")
+    return state
 
 
 def grouped_weighted_maxrl(rewards, groups, keep, n0: float | None = None) -> np.ndarray:

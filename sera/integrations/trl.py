@@ -70,6 +70,7 @@ import inspect
 import json
 import logging
 import os
+import re
 
 import numpy as np
 import torch
@@ -78,7 +79,12 @@ from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from sera.integrations.planner import HISTORY_FILE, Planner, grouped_weighted_maxrl
+from sera.integrations.planner import (
+    HISTORY_FILE,
+    Planner,
+    grouped_weighted_maxrl,
+    read_state,
+)
 from sera.timing import timed
 from sera.trainers.config import AllocatorConfig
 
@@ -165,6 +171,41 @@ class EpochRepeatSampler(RepeatSampler):
             for _ in range(self.epoch):  # the orders of the epochs before
                 torch.randperm(self.num_samples, generator=self.generator)
         yield from super().__iter__()
+
+
+TRAINER_STATE = "trainer_state.json"
+"""transformers writes it last in a checkpoint, after the weights and the optimizer."""
+
+
+def _complete(folder) -> bool:
+    return all(os.path.isfile(os.path.join(folder, name))
+               for name in (TRAINER_STATE, HISTORY_FILE))
+
+
+def last_complete_checkpoint(output_dir) -> str:
+    """The newest output_dir/checkpoint-N holding both trainer_state.json and sera_history.json;
+    ValueError when there is none."""
+    found = []
+    if os.path.isdir(output_dir):
+        for name in os.listdir(output_dir):
+            match = re.fullmatch(r"checkpoint-(\d+)", name)
+            if match and _complete(os.path.join(output_dir, name)):
+                found.append((int(match.group(1)), name))
+    if not found:
+        raise ValueError(f"no complete checkpoint (trainer_state.json and {HISTORY_FILE}) in "
+                         f"{output_dir} to resume from")
+    return os.path.join(output_dir, max(found)[1])
+
+
+def refuse_incomplete(checkpoint) -> None:
+    """Refuse a checkpoint whose save did not finish (no trainer_state.json), naming the newest
+    complete one beside it."""
+    if os.path.isdir(checkpoint) and not os.path.isfile(os.path.join(checkpoint, TRAINER_STATE)):
+        try:
+            other = f"; resume from {last_complete_checkpoint(os.path.dirname(checkpoint))}"
+        except ValueError:
+            other = ""
+        raise ValueError(f"{checkpoint} has no {TRAINER_STATE}: its save was interrupted{other}")
 
 
 def zero_std_share(rewards: np.ndarray, counts: np.ndarray) -> float:
@@ -311,6 +352,16 @@ class SeraGRPOTrainer(GRPOTrainer):
         return output
 
     # ---------------------------------------------------------------------------- checkpoints
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """GRPOTrainer.train; resume_from_checkpoint=True takes the newest *complete* checkpoint
+        (transformers takes the newest folder, which a crash inside a save leaves half written),
+        and a named checkpoint without trainer_state.json is refused."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
+        elif isinstance(resume_from_checkpoint, str | os.PathLike):
+            refuse_incomplete(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     def _save_checkpoint(self, model, trial):
         state = json.dumps(self.sera_planner.state_dict(), sort_keys=True)
         digests = gather_object([hashlib.sha256(state.encode()).hexdigest()])
@@ -318,10 +369,16 @@ class SeraGRPOTrainer(GRPOTrainer):
             raise RuntimeError(f"the processes' SERA histories differ ({len(set(digests))} "
                                f"versions at step {self.state.global_step}); they are planned and "
                                f"recorded from the same gathered data, so this is a bug")
-        super()._save_checkpoint(model, trial)
+        # The history goes into the checkpoint's folder before TRL writes the weights, the
+        # optimizer and trainer_state.json (transformers' mark of a finished save) and before it
+        # deletes older checkpoints: a crash at any point of the save leaves the older checkpoints
+        # in place and this one either whole or without trainer_state.json.
         if self.args.should_save:
-            self.sera_planner.save(os.path.join(self._get_output_dir(trial=trial),
-                                                f"checkpoint-{self.state.global_step}"))
+            folder = os.path.join(self._get_output_dir(trial=trial),
+                                  f"checkpoint-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            self.sera_planner.save(folder)
+        super()._save_checkpoint(model, trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -336,15 +393,17 @@ class SeraGRPOTrainer(GRPOTrainer):
                                           * self.num_iterations) != 0
         # The main process reads the file and hands the state to every process, so a process on
         # a node without the file resumes the same history.
+        path = os.path.join(checkpoint, HISTORY_FILE)
         state = [None]
-        if self.accelerator.is_main_process:
-            path = os.path.join(checkpoint, HISTORY_FILE)
-            if os.path.exists(path):
-                with open(path) as f:
-                    state = [json.load(f)]
+        if self.accelerator.is_main_process and os.path.exists(path):
+            try:
+                state = [read_state(path)]
+            except ValueError as exc:
+                state = [{"unreadable": str(exc)}]
         state = broadcast_object_list(state)
         if state[0] is None:
-            raise FileNotFoundError(f"{os.path.join(checkpoint, HISTORY_FILE)} is missing: the "
-                                    f"checkpoint was not written by SeraGRPOTrainer, so the "
-                                    f"success history cannot resume")
-        self.sera_planner.load_state_dict(state[0])
+            raise FileNotFoundError(f"{path} is missing: the checkpoint was not written by "
+                                    f"SeraGRPOTrainer, so the success history cannot resume")
+        if "unreadable" in state[0]:
+            raise ValueError(state[0]["unreadable"])
+        self.sera_planner.load_file_state(state[0], path)
