@@ -370,6 +370,12 @@ def test_the_readme_verl_command_passes_verls_configuration_check(readme_config)
     ("actor_rollout_ref.actor.use_kl_loss=true", r"use_kl_loss=True adds verl's KL loss"),
     ("actor_rollout_ref.actor.entropy_coeff=0.001", r"entropy_coeff=0.001 adds verl's entropy"),
     ("skip.rollout_tq.enable=true", r"skip.rollout_tq.enable=True replays cached rollouts"),
+    ("algorithm.adv_estimator=grpo", r"adv_estimator=grpo with trainer.v1.trainer_mode=sera_sync"),
+    ("algorithm.adv_estimator=rloo", r"adv_estimator=rloo with .* n0 / N_q"),
+    ("algorithm.adv_estimator=gae", r"adv_estimator=gae with"),
+    ("algorithm.rollout_correction.rollout_rs=seq_mean_k1", r"rollout_rs=seq_mean_k1 rejects"),
+    ("algorithm.rollout_correction.rollout_rs=token_k1", r"rollout_rs=token_k1 rejects"),
+    ("distillation.enabled=true", r"distillation.enabled=True adds a distillation loss"),
 ])
 def test_settings_that_break_the_history_are_refused_by_name(readme_config, override, match):
     key, value = override.lstrip("+").split("=")
@@ -398,7 +404,8 @@ def test_trainer_mode_runs_under_verls_sync_name(monkeypatch):
     seen = {}
     monkeypatch.setattr(PPOTrainer, "__init__",
                         lambda self, config: seen.update(mode=config.trainer.v1.trainer_mode))
-    config = OmegaConf.create({"trainer": {"v1": {"trainer_mode": plugin.MODE}}})
+    config = OmegaConf.create({"trainer": {"v1": {"trainer_mode": plugin.MODE}},
+                               "algorithm": {"adv_estimator": plugin.ESTIMATOR}})
     OmegaConf.set_struct(config, True)
     plugin.SeraTrainerSync(config)
     assert seen["mode"] == "sync" and config.trainer.v1.trainer_mode == plugin.MODE

@@ -58,7 +58,7 @@ def _readme_block() -> str:
     from test_readme import pages_text
 
     text = pages_text()
-    return re.search(r"```bash\n(pip install -e \"\.\[scale\]\".*?)```", text, re.S).group(1)
+    return re.search(r"```bash\n(pip install -e \"\.\[scale-gpu\]\".*?)```", text, re.S).group(1)
 
 
 def readme_verl_arguments(tmp_path: Path) -> list[str]:

@@ -33,8 +33,11 @@ evict groups before the history sees them), `algorithm.use_kl_in_reward=True` (r
 submitted prompt, so the plug-in runs the paper's sera with the selection off; how often the
 paper's threshold binds is measured by sera.studies.diagnosis.selection_binding),
 policy loss modes outside WEIGHTED_LOSS_MODES (clip_cov, kl_cov and dro), a KL loss or an entropy
-bonus (verl adds them per token without the weight n0 / N_q), and skipped rollouts
-(`skip.rollout_tq`: a cached step bypasses the planning hook). Agent loops that return several
+bonus (verl adds them per token without the weight n0 / N_q), a distillation loss (the same),
+an advantage estimator other than sera_maxrl under the sera_sync mode (it would ignore the
+counts), rejection sampling (`algorithm.rollout_correction.rollout_rs`: a rejected success would
+count as a failure), and skipped rollouts (`skip.rollout_tq`: a cached step bypasses the planning
+hook). Agent loops that return several
 outputs per session are refused when their first batch is scored (each output would count as a
 trial of its own).
 """
@@ -145,9 +148,29 @@ def refuse_unsupported(config) -> None:
     MaxRL or the weights n0 / N_q would be wrong: DAPO group filtering and failed-group refill
     evict all-0 and all-1 groups before the history sees them; a KL penalty in the reward makes
     rewards negative; the observability safeguard gives prompts no rollouts, which verl's replay
-    buffer waits for; loss modes outside WEIGHTED_LOSS_MODES, a KL loss and an entropy bonus do
-    not carry the weights; skipped rollouts bypass the planning."""
+    buffer waits for; loss modes outside WEIGHTED_LOSS_MODES, a KL loss, an entropy bonus and a
+    distillation loss do not carry the weights; skipped rollouts bypass the planning; an
+    advantage estimator other than sera_maxrl ignores the counts; rejection sampling
+    (rollout_rs) turns rejected successes into failures."""
     algorithm = config.get("algorithm", {}) or {}
+    estimator = algorithm.get("adv_estimator")
+    if estimator != ESTIMATOR:
+        raise ValueError(f"algorithm.adv_estimator={estimator} with "
+                         f"trainer.v1.trainer_mode={MODE}: the mode plans uneven counts and "
+                         f"only {ESTIMATOR} applies the weight n0 / N_q, so a prompt's "
+                         f"gradient would grow with its count; set "
+                         f"algorithm.adv_estimator={ESTIMATOR}")
+    rejection = OmegaConf.select(config, "algorithm.rollout_correction.rollout_rs", default=None)
+    if rejection is not None:
+        raise ValueError(f"algorithm.rollout_correction.rollout_rs={rejection} rejects responses "
+                         f"by zeroing their response mask before the advantage: a rejected "
+                         f"success would count as a failure of its group while the history "
+                         f"records it as a success; leave rollout_rs null with the {MODE} mode "
+                         f"(rollout_is, which reweights without rejecting, is accepted)")
+    if OmegaConf.select(config, "distillation.enabled", default=False):
+        raise ValueError("distillation.enabled=True adds a distillation loss per token without "
+                         "SERA's weight n0 / N_q, so a prompt's pull toward the teacher would "
+                         "grow with its rollout count; set distillation.enabled=false")
     if (algorithm.get("filter_groups", {}) or {}).get("enable", False):
         raise ValueError("algorithm.filter_groups.enable=True (DAPO group filtering) evicts "
                          "all-0 and all-1 groups before SERA's history sees them; set "
