@@ -338,3 +338,15 @@ def test_a_history_saved_with_other_settings_or_broken_is_refused_with_its_path(
         with pytest.raises(ValueError, match=f"{history}.*{match}"):
             make_trainer(tmp_path / "out", steps=5).train(resume_from_checkpoint=str(checkpoint))
     history.write_text(saved)
+
+
+def test_a_custom_rollout_function_and_fewer_generations_than_n_min_are_refused(tmp_path):
+    from sera.trainers.config import AllocatorConfig
+
+    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4,
+                      use_cpu=True, report_to="none", beta=0.0)
+    with pytest.raises(ValueError, match=r"rollout_func: .*prompts\[::num_generations\]"):
+        plugin.SeraGRPOTrainer(model=None, reward_funcs=[], args=args,
+                               rollout_func=lambda prompts, trainer: {})
+    with pytest.raises(ValueError, match=r"num_generations = 4 is SERA's n0.*n_min = 6"):
+        make_trainer(tmp_path, steps=1, allocator=AllocatorConfig(n_min=6, n_max=8))

@@ -376,6 +376,7 @@ def test_the_readme_verl_command_passes_verls_configuration_check(readme_config)
     ("algorithm.rollout_correction.rollout_rs=seq_mean_k1", r"rollout_rs=seq_mean_k1 rejects"),
     ("algorithm.rollout_correction.rollout_rs=token_k1", r"rollout_rs=token_k1 rejects"),
     ("distillation.enabled=true", r"distillation.enabled=True adds a distillation loss"),
+    ("actor_rollout_ref.rollout.n=1", r"rollout.n=1 is SERA's n0.*n_min = 2"),
 ])
 def test_settings_that_break_the_history_are_refused_by_name(readme_config, override, match):
     key, value = override.lstrip("+").split("=")

@@ -34,7 +34,7 @@ def level_reward(seed: int = 0):
     return reward
 
 
-def make_trainer(out, steps: int, levels=LEVELS[:8], reward=None, **overrides):
+def make_trainer(out, steps: int, levels=LEVELS[:8], reward=None, allocator=None, **overrides):
     """SeraGRPOTrainer on a one-layer decoder over len(levels) prompts, 4 rollouts per prompt
     (n_min 2, n_max 6); `overrides` go to GRPOConfig."""
     prompts = [f"Question {i}: what is {i} plus {i}?" for i in range(len(levels))]
@@ -50,7 +50,7 @@ def make_trainer(out, steps: int, levels=LEVELS[:8], reward=None, **overrides):
     data = Dataset.from_dict({"prompt": prompts, "level": list(levels)})
     return plugin.SeraGRPOTrainer(model=model, reward_funcs=reward or level_reward(), args=args,
                                   train_dataset=data, processing_class=tokenizer,
-                                  allocator=AllocatorConfig(n_min=2, n_max=6))
+                                  allocator=allocator or AllocatorConfig(n_min=2, n_max=6))
 
 
 def replay(log, n_prompts: int, per_epoch: int, n0: int = 4) -> sera.SuccessHistory:

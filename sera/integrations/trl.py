@@ -243,6 +243,11 @@ class SeraGRPOTrainer(GRPOTrainer):
         bound.pop("self")
         if bound.get("args") is not None:
             refuse_unsupported(bound["args"])
+        if bound.get("rollout_func") is not None:
+            raise ValueError("rollout_func: TRL hands a custom rollout function one prompt per "
+                             "num_generations rows (prompts[::num_generations]), which picks the "
+                             "wrong prompts once SERA gives prompts different counts; leave "
+                             "rollout_func unset (colocated vLLM is supported)")
         dataset = bound.get("train_dataset")
         if dataset is None or not hasattr(dataset, "__len__") or not hasattr(dataset,
                                                                              "column_names"):
@@ -259,6 +264,10 @@ class SeraGRPOTrainer(GRPOTrainer):
             raise ValueError(f"a generation batch holds generation_batch_size / num_generations = "
                              f"{prompts} prompts, more than the {n} of train_dataset; lower "
                              f"per_device_train_batch_size or steps_per_generation")
+        if self.num_generations < self.sera_allocator.n_min:
+            raise ValueError(f"num_generations = {self.num_generations} is SERA's n0, the mean "
+                             f"count per prompt, and must be at least the allocator's n_min = "
+                             f"{self.sera_allocator.n_min}")
         self.sera_planner = Planner(n, self.num_generations, self.sera_allocator,
                                     prompts_per_epoch=(n // prompts) * prompts)
         self.sera_log: collections.deque[dict] = collections.deque(maxlen=LOG_KEEP)

@@ -171,6 +171,12 @@ def refuse_unsupported(config) -> None:
         raise ValueError("distillation.enabled=True adds a distillation loss per token without "
                          "SERA's weight n0 / N_q, so a prompt's pull toward the teacher would "
                          "grow with its rollout count; set distillation.enabled=false")
+    n0 = OmegaConf.select(config, "actor_rollout_ref.rollout.n", default=None)
+    n_min = allocator_from_config(config).n_min
+    if n0 is not None and n0 < n_min:
+        raise ValueError(f"actor_rollout_ref.rollout.n={n0} is SERA's n0, the mean count per "
+                         f"prompt, and must be at least the allocator's n_min = {n_min} "
+                         f"(+sera.n_min)")
     if (algorithm.get("filter_groups", {}) or {}).get("enable", False):
         raise ValueError("algorithm.filter_groups.enable=True (DAPO group filtering) evicts "
                          "all-0 and all-1 groups before SERA's history sees them; set "
