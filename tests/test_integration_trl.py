@@ -350,3 +350,27 @@ def test_a_custom_rollout_function_and_fewer_generations_than_n_min_are_refused(
                                rollout_func=lambda prompts, trainer: {})
     with pytest.raises(ValueError, match=r"num_generations = 4 is SERA's n0.*n_min = 6"):
         make_trainer(tmp_path, steps=1, allocator=AllocatorConfig(n_min=6, n_max=8))
+
+
+def test_the_allocator_comes_from_sera_grpo_config_through_trls_parser(tmp_path):
+    from trl import TrlParser
+
+    from sera.trainers.config import AllocatorConfig
+
+    (config,) = TrlParser([plugin.SeraGRPOConfig]).parse_args_into_dataclasses([
+        "--output_dir", str(tmp_path / "out"), "--sera_n_min", "3", "--sera_n_max", "6",
+        "--sera_u_min", "0.0", "--sera_history_rule", "rate", "--per_device_train_batch_size",
+        "8", "--num_generations", "4", "--max_steps", "1", "--use_cpu", "--report_to", "none",
+        "--beta", "0.0"])
+    expected = AllocatorConfig(n_min=3, n_max=6, u_min=0.0, history_rule="rate")
+    assert config.sera_allocator() == expected
+    assert config.to_dict()["sera_n_min"] == 3  # saved with the run's arguments
+    trainer = make_trainer(tmp_path / "run", steps=1, allocator=None, sera_n_min=3, sera_n_max=6,
+                           sera_u_min=0.0, sera_history_rule="rate",
+                           config_class=plugin.SeraGRPOConfig)
+    assert trainer.sera_allocator == expected
+    with pytest.raises(ValueError, match="n_min must be >= 2"):
+        plugin.SeraGRPOConfig(output_dir=str(tmp_path), sera_n_min=1, use_cpu=True)
+    with pytest.raises(ValueError, match="allocator= and SeraGRPOConfig's sera_"):
+        make_trainer(tmp_path / "both", steps=1, allocator=AllocatorConfig(n_min=2, n_max=6),
+                     sera_n_min=3, config_class=plugin.SeraGRPOConfig)

@@ -13,7 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 """The README and the pages it links to under docs/."""
-FRAMEWORKS = ("from trl", "import trl", "from verl", "import verl")
+FRAMEWORKS = ("from trl", "import trl", "from verl", "import verl", "from sera.integrations.trl",
+              "from sera.integrations.verl")
 
 
 def pages_text() -> str:

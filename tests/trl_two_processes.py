@@ -34,7 +34,8 @@ def level_reward(seed: int = 0):
     return reward
 
 
-def make_trainer(out, steps: int, levels=LEVELS[:8], reward=None, allocator=None, **overrides):
+def make_trainer(out, steps: int, levels=LEVELS[:8], reward=None, allocator=None,
+                 config_class=GRPOConfig, **overrides):
     """SeraGRPOTrainer on a one-layer decoder over len(levels) prompts, 4 rollouts per prompt
     (n_min 2, n_max 6); `overrides` go to GRPOConfig."""
     prompts = [f"Question {i}: what is {i} plus {i}?" for i in range(len(levels))]
@@ -46,11 +47,13 @@ def make_trainer(out, steps: int, levels=LEVELS[:8], reward=None, allocator=None
                     max_completion_length=6, max_steps=steps, learning_rate=1e-3, use_cpu=True,
                     report_to="none", logging_steps=1, save_steps=4, seed=0, loss_type="dr_grpo",
                     beta=0.0, disable_tqdm=True)
-    args = GRPOConfig(**{**settings, **overrides})
+    args = config_class(**{**settings, **overrides})
     data = Dataset.from_dict({"prompt": prompts, "level": list(levels)})
     return plugin.SeraGRPOTrainer(model=model, reward_funcs=reward or level_reward(), args=args,
                                   train_dataset=data, processing_class=tokenizer,
-                                  allocator=allocator or AllocatorConfig(n_min=2, n_max=6))
+                                  allocator=allocator if allocator is not None or
+                                  config_class is not GRPOConfig else
+                                  AllocatorConfig(n_min=2, n_max=6))
 
 
 def replay(log, n_prompts: int, per_epoch: int, n0: int = 4) -> sera.SuccessHistory:

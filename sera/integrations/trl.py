@@ -65,6 +65,7 @@ breaks with ragged rows, and is refused.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -76,7 +77,7 @@ import numpy as np
 import torch
 import trl
 from accelerate.utils import broadcast_object_list, gather_object
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from sera.integrations.planner import (
@@ -218,6 +219,46 @@ def zero_std_share(rewards: np.ndarray, counts: np.ndarray) -> float:
     return float(np.mean([g.size == 0 or np.ptp(g) == 0 for g in groups])) if groups else 0.0
 
 
+_SERA_FIELDS = ("n_min", "n_max", "n_max_factor", "rounding", "u_min", "history_rule",
+                "history_gamma", "history_weight")
+"""AllocatorConfig's fields that SeraGRPOConfig carries, each as sera_<name>."""
+
+
+@dataclasses.dataclass
+class SeraGRPOConfig(GRPOConfig):
+    """GRPOConfig with SERA's allocator settings, so that TrlParser, a YAML config and the `trl`
+    command line set them and they are saved with the run's arguments. Each sera_<name> is
+    AllocatorConfig.<name> (sera.trainers.config), with the same default and meaning."""
+
+    sera_n_min: int = dataclasses.field(
+        default=2, metadata={"help": "SERA: fewest rollouts a kept prompt gets (>= 2)."})
+    sera_n_max: int | None = dataclasses.field(
+        default=None, metadata={"help": "SERA: most rollouts a prompt gets; unset: "
+                                        "sera_n_max_factor x num_generations."})
+    sera_n_max_factor: int = dataclasses.field(
+        default=8, metadata={"help": "SERA: n_max as a multiple of num_generations."})
+    sera_rounding: str = dataclasses.field(
+        default="paper", metadata={"help": "SERA: the waterline's rounding, 'paper' or 'exact'."})
+    sera_u_min: float | None = dataclasses.field(
+        default=None, metadata={"help": "SERA: the observability-guided selection's threshold; "
+                                        "unset: the method's own, 0 turns it off."})
+    sera_history_rule: str | None = dataclasses.field(
+        default=None, metadata={"help": "SERA: 'counts' (the paper's) or 'rate'; unset: the "
+                                        "method's own."})
+    sera_history_gamma: float = dataclasses.field(
+        default=0.5, metadata={"help": "SERA: discount per epoch of the historical evidence."})
+    sera_history_weight: float = dataclasses.field(
+        default=16.0, metadata={"help": "SERA: weight of an epoch's rate under the rate rule."})
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.sera_allocator()  # an invalid setting is refused here, with the parser's message
+
+    def sera_allocator(self) -> AllocatorConfig:
+        """The AllocatorConfig these arguments hold."""
+        return AllocatorConfig(**{name: getattr(self, f"sera_{name}") for name in _SERA_FIELDS})
+
+
 class SeraGRPOTrainer(GRPOTrainer):
     """GRPOTrainer with SERA's per-prompt rollout counts and weighted MaxRL advantages (see the
     module text): the paper's sera by default (counts rule, selection at sera.methods.U_MIN).
@@ -237,10 +278,16 @@ class SeraGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args, allocator: AllocatorConfig | None = None, **kwargs):
-        self.sera_allocator = allocator or AllocatorConfig()
         # GRPOTrainer's own order (model, reward_funcs, args, train_dataset, ...) or keywords.
         bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
         bound.pop("self")
+        if isinstance(bound.get("args"), SeraGRPOConfig):
+            if allocator is not None and allocator != bound["args"].sera_allocator():
+                raise ValueError("allocator= and SeraGRPOConfig's sera_* fields both set the "
+                                 "allocator and differ; give it once (the sera_* fields are "
+                                 "saved with the run's arguments)")
+            allocator = bound["args"].sera_allocator()
+        self.sera_allocator = allocator or AllocatorConfig()
         if bound.get("args") is not None:
             refuse_unsupported(bound["args"])
         if bound.get("rollout_func") is not None:
