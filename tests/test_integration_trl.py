@@ -374,3 +374,13 @@ def test_the_allocator_comes_from_sera_grpo_config_through_trls_parser(tmp_path)
     with pytest.raises(ValueError, match="allocator= and SeraGRPOConfig's sera_"):
         make_trainer(tmp_path / "both", steps=1, allocator=AllocatorConfig(n_min=2, n_max=6),
                      sera_n_min=3, config_class=plugin.SeraGRPOConfig)
+
+
+def test_the_plan_metrics_reach_trls_logs_under_the_keys_verl_uses(tmp_path):
+    from sera.integrations.planner import METRICS
+
+    trainer = make_trainer(tmp_path / "out", steps=2)
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "sera/count_max" in entry]
+    assert logged and set(METRICS) | {"sera/unscored"} <= set(logged[-1])
+    assert logged[-1]["sera/count_max"] == trainer.sera_log[-1]["counts"].max()

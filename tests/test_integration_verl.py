@@ -34,7 +34,7 @@ from verl.utils import tensordict_utils as tu  # noqa: E402
 import sera  # noqa: E402
 from sera.integrations import gsm8k  # noqa: E402
 from sera.integrations import verl as plugin  # noqa: E402
-from sera.integrations.planner import HISTORY_FILE  # noqa: E402
+from sera.integrations.planner import HISTORY_FILE, METRICS  # noqa: E402
 from sera.trainers.config import AllocatorConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,7 +307,8 @@ def test_trainer_mode_plans_submits_records_and_checkpoints_on_fake_batches(tmp_
         monkeypatch.setattr(trainer_base.tq, "kv_batch_get", lambda f=fetched, **kwargs: f)
         metrics = {}
         trainer._compute_advantage(_meta(uids), metrics)
-        assert metrics["sera/max_count"] == max(counts) and metrics["sera/fallback"] == 0.0
+        assert metrics["sera/count_max"] == max(counts) and metrics["sera/fallback"] == 0.0
+        assert set(METRICS) <= set(metrics)
         assert metrics["sera/ignored_responses"] == 2  # the padding rows
         reference.record(np.repeat(rows, counts), scores[:16])
     reference.end_epoch()  # 8 of 9 rows planned: the loader's epoch is over

@@ -152,3 +152,34 @@ def test_the_planner_imports_no_framework():
             "sys.modules} & {'torch', 'verl', 'trl', 'accelerate', 'transformers', 'ray'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_plan_metrics_of_a_hand_worked_batch():
+    from sera.integrations.planner import METRICS, plan_metrics
+
+    # 12 prompts: the two with the lowest p-hat (ceil(12 / 10) = 2) hold 10 + 0 of 40 rollouts.
+    counts = [10, 0, 2, 2, 3, 3, 4, 4, 3, 3, 3, 3]
+    p_hat = [0.01, 0.02, 0.5, 0.6, 0.3, 0.3, 0.2, 0.2, 0.4, 0.4, 0.45, 0.45]
+    got = plan_metrics(counts, p_hat, fallback=False, epoch=3)
+    assert list(got) == list(METRICS)
+    assert got["sera/hardest_decile_budget"] == pytest.approx(10 / 40)
+    assert (got["sera/count_min"], got["sera/count_median"], got["sera/count_max"]) == (0, 3, 10)
+    assert got["sera/prompts_kept"] == pytest.approx(11 / 12)
+    assert got["sera/p_hat_spread"] == pytest.approx(np.std(p_hat))
+    assert got["sera/fallback"] == 0.0 and got["sera/epoch"] == 3.0
+    planner = Planner(12, 4)
+    with pytest.raises(ValueError, match="no batch has been planned"):
+        planner.metrics()
+    planner.plan(np.arange(12))
+    assert planner.metrics()["sera/fallback"] == 1.0 and planner.metrics()["sera/count_max"] == 4
+
+
+def test_the_metrics_table_in_the_docs_lists_every_key():
+    from pathlib import Path
+
+    from sera.integrations.planner import METRICS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "scaling.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines()
+            if line.startswith("| `sera/")}
+    assert rows == set(METRICS) | {"sera/ignored_responses", "sera/unscored"}

@@ -82,6 +82,7 @@ class Planner:
         self.planned = 0  # prompts planned since the last fold
         self.pending: dict = {}  # key -> row, for planned prompts whose outcomes are not recorded
         self.last: Allocation | None = None
+        self.last_estimates: np.ndarray | None = None  # the p-hat the last batch was planned from
         self.last_plan: dict | None = None  # the last batch: rows, counts, fallback (checkpointed)
 
     @timed
@@ -114,14 +115,22 @@ class Planner:
                              f"recorded; {twice[0]!r} was planned twice (record a batch's "
                              f"outcomes before planning its prompts again)")
         self._fold_if_epoch_done()
-        allocation = methods.plan(self.method, self.allocator, self.n0, rows,
-                                  *methods.estimate(self.method, self.history, rows))
+        estimates = methods.estimate(self.method, self.history, rows)
+        allocation = methods.plan(self.method, self.allocator, self.n0, rows, *estimates)
+        self.last_estimates = np.asarray(estimates[0], dtype=float)
         self.pending.update(zip(keys, rows.tolist(), strict=True))
         self.planned += rows.size
         self.last = allocation
         self.last_plan = {"rows": rows.tolist(), "counts": allocation.counts.tolist(),
                           "fallback": bool(allocation.fallback)}
         return allocation
+
+    def metrics(self) -> dict[str, float]:
+        """plan_metrics of the last planned batch."""
+        if self.last is None:
+            raise ValueError("no batch has been planned yet")
+        return plan_metrics(self.last.counts, self.last_estimates, self.last.fallback,
+                            self.history.epoch)
 
     def replay(self, rows) -> tuple[np.ndarray, bool]:
         """(counts, fallback) of the last planned batch, for the same rows in the same order,
@@ -248,6 +257,33 @@ class Planner:
             self.load_state_dict(state)
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}: {exc}") from exc
+
+
+METRICS = {
+    "sera/fallback": "1 while a prompt of the batch has no estimate yet (uniform counts), else 0",
+    "sera/count_min": "fewest rollouts a prompt of the batch got (0: left out by the selection)",
+    "sera/count_median": "median rollouts per prompt",
+    "sera/count_max": "most rollouts a prompt got",
+    "sera/prompts_kept": "share of the batch's prompts that got rollouts",
+    "sera/hardest_decile_budget": "share of the batch's rollouts spent on the tenth of its "
+                                  "prompts with the lowest p-hat",
+    "sera/p_hat_spread": "standard deviation of p-hat over the batch",
+    "sera/epoch": "epochs folded into the success history so far",
+}
+"""The metrics both plug-ins log for every planned batch (plan_metrics), by key."""
+
+
+def plan_metrics(counts, estimates, fallback: bool, epoch: int) -> dict[str, float]:
+    """The METRICS of one planned batch: counts (B,) and the p-hat it was planned from (B,)."""
+    counts = np.asarray(counts, dtype=float)
+    estimates = np.asarray(estimates, dtype=float)
+    hardest = np.argsort(estimates, kind="stable")[:max(1, int(np.ceil(counts.size / 10)))]
+    values = {"sera/fallback": float(fallback), "sera/count_min": counts.min(),
+              "sera/count_median": float(np.median(counts)), "sera/count_max": counts.max(),
+              "sera/prompts_kept": float((counts > 0).mean()),
+              "sera/hardest_decile_budget": counts[hardest].sum() / max(counts.sum(), 1.0),
+              "sera/p_hat_spread": float(estimates.std()), "sera/epoch": float(epoch)}
+    return {key: float(values[key]) for key in METRICS}
 
 
 def read_state(path) -> dict:

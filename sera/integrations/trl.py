@@ -84,6 +84,7 @@ from sera.integrations.planner import (
     HISTORY_FILE,
     Planner,
     grouped_weighted_maxrl,
+    plan_metrics,
     read_state,
 )
 from sera.timing import timed
@@ -393,6 +394,7 @@ class SeraGRPOTrainer(GRPOTrainer):
             logged.pop()
         logged.extend(advantages.tolist())
 
+        estimates = self.sera_planner.history.estimate(ids)[0]  # as planned, before recording
         if not replayed:
             self.sera_planner.record(np.repeat(ids, counts), rewards)
         self.sera_log.append({"step": self.state.global_step, "ids": ids, "counts": counts,
@@ -401,9 +403,9 @@ class SeraGRPOTrainer(GRPOTrainer):
         metrics = self._metrics["train"]
         # TRL computed this over windows of num_generations rows, which straddle SERA's groups.
         metrics["frac_reward_zero_std"][-1] = zero_std_share(rewards, counts)
-        metrics["sera/fallback"].append(float(fallback))
-        metrics["sera/max_count"].append(float(counts.max()))
-        metrics["sera/prompts_kept"].append(float((counts > 0).mean()))
+        for key, value in plan_metrics(counts, estimates, fallback,
+                                       self.sera_planner.history.epoch).items():
+            metrics[key].append(value)  # the keys of planner.METRICS, as verl's plug-in logs
         metrics["sera/unscored"].append(float(np.isnan(rewards).mean()))
         return output
 

@@ -328,12 +328,8 @@ class SeraTrainerSync(PPOTrainerSync):
         uids = uids.tolist() if hasattr(uids, "tolist") else list(uids)
         # Padding rows and any other uid the planner never sent out are left out.
         ignored = self.sera.record([str(u) for u in uids], padded["rm_scores"].sum(dim=-1).tolist())
-        last = self.sera.last
-        metrics["sera/fallback"] = float(last.fallback)
-        metrics["sera/max_count"] = float(np.max(last.counts))
-        metrics["sera/min_count"] = float(np.min(last.counts))
+        metrics.update(self.sera.metrics())  # the keys of planner.METRICS, as TRL's plug-in logs
         metrics["sera/ignored_responses"] = float(ignored)
-        metrics["sera/epoch"] = float(self.sera.history.epoch)
         return batch
 
     def _save_checkpoint(self):
