@@ -273,7 +273,7 @@ def _meta(uids, outputs: int = 1):
 
 
 def test_trainer_mode_plans_submits_records_and_checkpoints_on_fake_batches(tmp_path,
-                                                                             monkeypatch):
+                                                                             monkeypatch, capfd):
     """SeraTrainerSync's own overrides, with verl's trainer set up as far as they touch it: the
     agent loop manager receives the batch with the counts, TransferQueue returns the scored
     responses with verl's padding rows among them, the history folds at the loader's epoch (two
@@ -300,6 +300,8 @@ def test_trainer_mode_plans_submits_records_and_checkpoints_on_fake_batches(tmp_
         assert trainer._submit_batch_to_rollout(batch) == 4
         counts = [int(n) for n in submitted[-1][plugin.COUNT_KEY]]
         assert sum(counts) == 16 and counts != [4] * 4
+        # the plan line reaches the console with verl's logging left as it sets it
+        assert f"sera: 4 prompts, counts {min(counts)}..{max(counts)}" in capfd.readouterr().err
         assert set(batch["uid"]) <= set(stored)
         uids = list(np.repeat(batch["uid"], counts)) + [f"pad{step}ff", f"pad{step}ff"]
         scores = np.r_[np.arange(16) % 2, 0, 0]

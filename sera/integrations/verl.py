@@ -49,6 +49,7 @@ import copy
 import dataclasses
 import logging
 import os
+import sys
 
 import numpy as np
 import torch
@@ -76,6 +77,20 @@ that n0 / N_q folded into the advantage weights its loss; the others (clip_cov a
 tokens by a batch-wide covariance, dro adds a penalty that does not scale) are refused."""
 
 logger = logging.getLogger(__name__)
+if not logger.handlers:
+    # verl leaves the root logger at WARNING without a handler, so an INFO line of this module
+    # would be dropped: the plan line goes to the driver's console (stderr) on its own handler.
+    # SERA_LOGGING_LEVEL=WARNING silences it.
+    class _Console(logging.StreamHandler):
+        """A handler on whatever sys.stderr is when it writes (a driver may redirect it)."""
+
+        stream = property(lambda self: sys.stderr, lambda self, value: None)
+
+    _console = _Console()
+    _console.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(_console)
+    logger.setLevel(os.environ.get("SERA_LOGGING_LEVEL", "INFO"))
+    logger.propagate = False
 
 if verl.__version__ != VERL_VERSION:
     logger.warning("sera.integrations.verl was written against verl %s; found %s. Run `make "
