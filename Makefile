@@ -14,17 +14,18 @@ VLLM_STAMP := $(VLLM)/.installed
 SCALE := .venv-scale
 SCALE_STAMP := $(SCALE)/.installed
 
-.PHONY: results browser-deps study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
+.PHONY: room-vision room-vllm room-scale results browser-deps study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
 # --no-compile: Python compiles each module the first time it is imported (and keeps the .pyc);
 # compiling all of torch, transformers and Jupyter up front took two thirds of the set-up time.
+# --no-cache-dir: a fresh machine never reads the cache again, and its disk may be short.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --no-compile "$(TORCH)"
-	$(BIN)/pip install --quiet --no-compile -e ".[notebooks,train,dev]"
+	$(BIN)/pip install --quiet --no-compile --no-cache-dir "$(TORCH)"
+	$(BIN)/pip install --quiet --no-compile --no-cache-dir -e ".[notebooks,train,dev]"
 	touch $(STAMP)
 
 # Two notebooks side by side, one torch thread each (kernels inherit OMP_NUM_THREADS=1).
@@ -71,8 +72,13 @@ test: $(STAMP)
 	if [ $$built -ne 0 ]; then echo "installing the extra environments failed:"; \
 		tail -30 build/envs.log; fi; \
 	[ $$tests -eq 0 ] && [ $$built -eq 0 ]
-	$(MAKE) --no-print-directory test-vision gpu-check-cpu-vision test-vllm test-integrations \
-		gpu-check-cpu-scale test-browser
+	@rm -f build/not-run.txt
+	$(call extra_tests,vision,test-vision gpu-check-cpu-vision)
+	$(call extra_tests,vllm,test-vllm)
+	$(call extra_tests,scale,test-integrations gpu-check-cpu-scale)
+	$(MAKE) --no-print-directory test-browser
+	@if [ -f build/not-run.txt ]; then echo; echo "NOT RUN for want of disk:"; \
+		cat build/not-run.txt; fi
 
 # The extra environments skip pip's byte-compilation (--no-compile): the tests import a small part
 # of torch, vLLM and verl, and compiling everything tripled the set-up time. They skip pip's cache
@@ -88,6 +94,24 @@ VLLM_GB := 5
 SCALE_GB := 3
 ALL_ENVS_GB := 17
 EXTRA_ENVS := $(VISION) $(VLLM) $(SCALE)
+
+# Room for .venv-NAME, removing the other extra environments where needed (fails without it).
+room-vision: ; $(call make_room,$(VISION_GB),$(VISION))
+room-vllm: ; $(call make_room,$(VLLM_GB),$(VLLM))
+room-scale: ; $(call make_room,$(SCALE_GB),$(SCALE))
+
+# $(call extra_tests,NAME,targets): in `make test`, the targets that run in .venv-NAME. A disk
+# without room for that environment, even with the others removed, is a property of the machine,
+# not a failure of the code: the targets are then reported as not run (build/not-run.txt, and at
+# the end of the log) and the run goes on, unless REQUIRE_ALL_ENVS=1. Their own targets (`make
+# test-vision` and the like) always fail on a short disk.
+REQUIRE_ALL_ENVS ?=
+define extra_tests
+	@if [ -f .venv-$(1)/.installed ] || $(MAKE) --no-print-directory -s room-$(1); then \
+		$(MAKE) --no-print-directory $(2); \
+	elif [ -n "$(REQUIRE_ALL_ENVS)" ]; then exit 1; \
+	else echo "$(2): .venv-$(1) does not fit on this disk" | tee -a build/not-run.txt; fi
+endef
 
 # $(call make_room,GB,environment)
 define make_room
