@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -26,6 +27,7 @@ import sera  # noqa: E402
 from sera.integrations import gsm8k  # noqa: E402
 from sera.integrations import trl as plugin  # noqa: E402
 from sera.methods import U_MIN  # noqa: E402
+from sera.tasks.math import INSTRUCTION  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,32 +148,37 @@ def test_resume_restores_the_history_from_the_checkpoint(tmp_path):
 
 
 def test_the_readme_trl_snippet_trains_on_the_cpu(tmp_path, monkeypatch):
-    """The README's TRL snippet as written, with only a tiny model path, a dataset and CPU
+    """The README's TRL snippet as written, with only a tiny model, a GSM8K-shaped file and CPU
     arguments (use_cpu, max_steps, a short completion) put in: batch sizes divide, and each
     process's generation batch holds 4 prompts for SERA to reallocate."""
-    from datasets import Dataset
     from test_readme import needs_a_framework, python_snippets
 
     from sera.models import decoder
     from sera.tasks.math import build_tokenizer
 
     snippet = next(s for s in python_snippets() if needs_a_framework(s))
-    prompts = [f"What is {i} plus {i}?" for i in range(8)]
+    rows = [{"question": f"What is {i} plus {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"}
+            for i in range(8)]
+    data = tmp_path / "train.jsonl"
+    pd.DataFrame(rows).to_json(data, orient="records", lines=True)
     folder = tmp_path / "tiny-model"
-    tokenizer = build_tokenizer(prompts + ["The answer is 0123456789."], vocab_size=300,
-                                folder=folder)
-    decoder(len(tokenizer), width=32, layers=1, heads=2, kv_heads=1, max_positions=64,
+    texts = [r["question"] + INSTRUCTION for r in rows] + ["The answer is 0123456789."]
+    tokenizer = build_tokenizer(texts, vocab_size=300, folder=folder)
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    tokenizer.save_pretrained(folder)
+    decoder(len(tokenizer), width=32, layers=1, heads=2, kv_heads=1, max_positions=128,
             pad_token_id=tokenizer.pad_token_id,
             eos_token_id=tokenizer.eos_token_id).save_pretrained(folder)
-    dataset = Dataset.from_dict({"prompt": prompts, "answer": [str(2 * i) for i in range(8)]})
     edits = {'"/models/SmolLM2-360M-Instruct"': repr(str(folder)),
+             '"/data/gsm8k/train.jsonl"': repr(str(data)),
              "GRPOConfig(": "GRPOConfig(use_cpu=True, max_steps=12, max_completion_length=8, "}
     for old, new in edits.items():
         assert snippet.count(old) == 1, old
         snippet = snippet.replace(old, new)
     monkeypatch.chdir(tmp_path)
-    namespace = {"dataset": dataset}
+    namespace = {}
     exec(compile(snippet, "README.md", "exec"), namespace)
+    assert namespace["dataset"]["answer"] == [str(2 * i) for i in range(8)]
     log = list(namespace["trainer"].sera_log)
     assert len(log) == 3 and all(e["ids"].size == 4 and e["counts"].sum() == 64 for e in log)
     # One generation batch serves steps_per_generation = 4 steps; 8 prompts: an epoch is 2 batches.

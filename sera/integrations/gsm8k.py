@@ -35,23 +35,38 @@ def trl_reward(completions, answer, **_) -> list[float]:
     return success_rewards(texts, answer)
 
 
-def verl_table(path, split: str, data_source: str = "openai/gsm8k"):
+def problems(path) -> pd.DataFrame:
     """A local GSM8K or GSM8K-Platinum file (jsonl, json or parquet with `question` and an
-    `answer` ending in `#### number`) as the table verl's RLHFDataset reads: a chat `prompt` (the
-    question and the paper's \\boxed{} instruction), `data_source`, `ability`, `reward_model`
-    with the ground truth, and `extra_info` with the row's own `index`, which SERA's verl
-    plug-in keys its history by. GSM8K-Platinum's rows marked `cleaning_status == "rejected"`
-    (questions its authors found ambiguous or flawed) are left out."""
+    `answer` ending in `#### number`) as sera.tasks.math reads it: the chat `messages` (the
+    question and the paper's \\boxed{} instruction), the `answer` (the final number) and the
+    worked `solution`. GSM8K-Platinum's rows marked `cleaning_status == "rejected"` (questions
+    its authors found ambiguous or flawed) are left out; a file left empty is an error."""
     frame = math_task.load_file(Path(path))
     if "cleaning_status" in frame.columns:
         frame = frame[frame["cleaning_status"] != "rejected"].reset_index(drop=True)
     if frame.empty:
         raise ValueError(f"{path}: no questions to write")
-    problems = math_task.read_frame(frame, path)
+    return math_task.read_frame(frame, path)
+
+
+def trl_dataset(path):
+    """A local GSM8K file (as `problems` reads it) as the `datasets.Dataset` TRL's GRPOTrainer
+    trains on: a conversational `prompt` and the `answer` column that trl_reward scores by."""
+    from datasets import Dataset  # TRL's own dependency: imported only where TRL is used
+
+    table = problems(path)
+    return Dataset.from_dict({"prompt": list(table["messages"]), "answer": list(table["answer"])})
+
+
+def verl_table(path, split: str, data_source: str = "openai/gsm8k"):
+    """A local GSM8K file (as `problems` reads it) as the table verl's RLHFDataset reads: a chat
+    `prompt`, `data_source`, `ability`, `reward_model` with the ground truth, and `extra_info`
+    with the row's own `index`, which SERA's verl plug-in keys its history by."""
+    table = problems(path)
     return pd.DataFrame({
         "data_source": data_source,
-        "prompt": problems["messages"],
+        "prompt": table["messages"],
         "ability": "math",
-        "reward_model": [{"style": "rule", "ground_truth": a} for a in problems["answer"]],
-        "extra_info": [{"split": split, "index": i} for i in range(len(problems))],
+        "reward_model": [{"style": "rule", "ground_truth": a} for a in table["answer"]],
+        "extra_info": [{"split": split, "index": i} for i in range(len(table))],
     })
