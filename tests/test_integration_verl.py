@@ -252,6 +252,18 @@ def test_the_padded_group_gets_no_advantage_and_leaves_n0_alone():
     assert torch.equal(again, got) and plugin._planned is None
 
 
+def test_sera_maxrl_outside_the_trainer_mode_says_once_that_it_trains_maxrl(monkeypatch, capsys):
+    token_rewards, mask, uids, _ = _ragged_batch(4, [3, 5, 4])
+    monkeypatch.setattr(plugin, "_warned_alone", False)
+    with plugin.planned_only(["u0", "u1", "u2"], n0=4):
+        plugin.compute_sera_maxrl_advantage(token_rewards, mask, uids)
+    assert "trains MaxRL" not in capsys.readouterr().err
+    for _ in range(2):  # as verl's trainer without trainer.v1.trainer_mode=sera_sync calls it
+        plugin.compute_sera_maxrl_advantage(token_rewards, mask, uids)
+    said = capsys.readouterr().err
+    assert said.count("trains MaxRL, not SERA") == 1 and "trainer.use_v1=true" in said
+
+
 def _scored(uids, scores) -> TensorDict:
     """Scored responses as TransferQueue hands them back (nested, ragged token rows)."""
     lengths = 1 + np.arange(len(uids)) % 3

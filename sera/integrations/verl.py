@@ -5,7 +5,8 @@ Importing this module registers two things with verl:
 - the advantage estimator `sera_maxrl` (`algorithm.adv_estimator=sera_maxrl`): MaxRL over each
   prompt's group (verl's uid) of whatever size it has, times the multiplicity weight n0 / N_q,
   where n0 is rollout.n under the trainer mode (whose counts keep the budget train_batch_size x
-  rollout.n) and, used on its own, the batch's mean group size;
+  rollout.n) and, used on its own, the batch's mean group size (then every prompt has rollout.n
+  rollouts and the run is MaxRL, which it logs once at the first batch);
 - the V1 trainer mode `sera_sync` (`trainer.v1.trainer_mode=sera_sync`): verl's synchronous
   trainer, except that each batch is planned by a `sera.integrations.planner.Planner` before it
   leaves for rollout, each prompt's count going through verl's per-prompt field `__rollout_n__`.
@@ -102,6 +103,12 @@ def setup() -> None:
     """Ray's worker_process_setup_hook: importing this module registered everything."""
 
 
+OUTSIDE_MODE = (f"algorithm.adv_estimator={ESTIMATOR} is running outside "
+                f"trainer.v1.trainer_mode={MODE}: every prompt gets rollout.n rollouts, so this "
+                f"trains MaxRL, not SERA. SERA needs trainer.use_v1=true "
+                f"trainer.v1.trainer_mode={MODE} as well (examples/verl/single_node.sh).")
+"""Logged once, at the first batch, when `sera_maxrl` runs outside the SERA trainer mode."""
+_warned_alone = False
 _planned: set | None = None  # uids out for rollout, while SeraTrainerSync computes advantages
 _n0: float | None = None  # rollout.n, while SeraTrainerSync computes advantages
 
@@ -148,6 +155,10 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
         n0 / N_q times MaxRL over its prompt's group, broadcast over its tokens; n0 is rollout.n
         under the trainer mode (`planned_only`), else the mean group size of the real prompts.
     """
+    global _warned_alone
+    if _planned is None and not _warned_alone:
+        _warned_alone = True
+        logger.warning(OUTSIDE_MODE)
     scores = (token_level_rewards * response_mask).sum(dim=-1).detach().double().cpu()
     uids = np.asarray(index, dtype=object).astype(str)
     real = ~np.char.startswith(uids, PAD_PREFIX)
