@@ -247,6 +247,35 @@ def test_a_grid_reads_back_what_another_grid_finished_with_the_same_settings(tmp
     assert (tmp_path / "a" / grid.run_label(configs[1]) / "final.csv").read_text() == original
 
 
+def test_a_run_another_grid_is_training_is_put_off_and_then_read_back(tmp_path):
+    """Grid b finds grid a training seed 0 (its settings lock in the shared index): b trains
+    seeds 1 and 2 first, then reads seed 0 back from a, instead of training it twice."""
+    from filelock import FileLock
+
+    shared = tmp_path / "index"
+    configs = [_config(tmp_path, seed=s) for s in (0, 1, 2)]
+    held = FileLock(shared / f"{grid._settings_key(configs[0])}.lock")
+    shared.mkdir()
+    held.acquire()
+    studies = []
+
+    def build(config):
+        studies.append(Coins(config, P))
+        if config.seed == 2:  # meanwhile grid a finishes seed 0 and lets go of it
+            folder = tmp_path / "a" / grid.run_label(configs[0])
+            loop.fit(Coins(dataclasses.replace(configs[0], out=str(folder)), P))
+            grid._index(configs[0], folder, shared)
+            held.release()
+        return studies[-1]
+
+    results = grid.run_grid(configs, build, runs_dir=tmp_path / "b", progress=False,
+                            shared=shared)
+    assert [(s.config.seed, Path(s.config.out).parent.name, s.calls == []) for s in studies] == [
+        (1, "b", False), (2, "b", False), (0, "a", True)]
+    assert list(results.final.drop_duplicates("seed")["seed"]) == [0, 1, 2]  # the grid's order
+    assert (tmp_path / "b" / grid.run_label(configs[0])).is_symlink()
+
+
 def test_the_loops_mean_is_numpys_to_the_last_bit():
     rng = np.random.default_rng(7)
     for size in (1, 2, 7, 8, 9, 16, 17, 64, 1000, 100_001):

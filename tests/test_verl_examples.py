@@ -137,6 +137,22 @@ def test_the_readme_commands_train_2000_steps_checkpoint_and_validate(tmp_path):
     assert config.actor_rollout_ref.actor.loss_scale_factor == config.data.max_response_length
 
 
+def test_the_docs_attention_override_passes_verls_check_and_reaches_the_model_config(tmp_path):
+    from test_readme import pages_text
+
+    key = r"\+actor_rollout_ref\.model\.override_config\.attn_implementation"
+    override = re.search(rf"`({key}=sdpa)`", pages_text()).group(1)
+    launch = subprocess.run(["bash", str(EXAMPLES / "single_node.sh"), override],
+                            capture_output=True, text=True,
+                            env=_environment(VERL_MAIN=PRINT_ARGUMENTS, MODEL="/models/m",
+                                             DATA="/data/d", CKPT="/ckpt/c"))
+    assert launch.returncode == 0, launch.stderr[-3000:]
+    config = compose(launch.stdout.splitlines())
+    _check(config)
+    # what verl's HFModelConfig reads (its default is flash_attention_2)
+    assert config.actor_rollout_ref.model.override_config.get("attn_implementation") == "sdpa"
+
+
 def test_the_cluster_launcher_runs_the_same_run_on_n_nodes(tmp_path):
     script = str(EXAMPLES / "cluster.sh")
     env = _environment(RAY="echo ray")

@@ -30,27 +30,59 @@ def run_grid(configs: list[RunConfig], build, *, runs_dir=None, rerun: bool = Fa
 
     shared: a folder indexing finished runs by their settings (every setting but out, steps
     aside); a run that another grid already finished with the same settings is read back from
-    that grid's folder instead of trained again.
+    that grid's folder instead of trained again. A run of the same settings that another grid
+    is training right now (its lock in `shared`) is put off: this grid trains its other runs
+    first and then reads that one back, rather than train it twice or wait with a core idle.
 
     share=True: several processes work through the same list, one per core: each trains the
     runs nobody holds and leaves the others to their owners; finished runs are not read back
     and nothing is returned."""
-    import shutil
-
     from tqdm.auto import tqdm
 
-    parts = []
-    for config in tqdm(configs, desc=desc, disable=not progress):
-        folder = Path(runs_dir) / run_label(config) if runs_dir is not None else Path(config.out)
-        if share and not rerun and runstore.finished(folder):
-            continue
+    parts, later = {}, []
+    with tqdm(total=len(configs), desc=desc, disable=not progress) as bar:
+        for index, config in enumerate(configs):
+            result = _fit(config, build, runs_dir, rerun, shared, after_each, share, wait=False)
+            if result is _ELSEWHERE:
+                later.append((index, config))
+                continue
+            parts[index] = result
+            bar.update()
+        for index, config in later:  # by now mostly finished by the grid that held them
+            parts[index] = _fit(config, build, runs_dir, rerun, shared, after_each, share,
+                                wait=True)
+            bar.update()
+    if after_each is not None:
+        after_each()
+    return None if share else Results.concat([parts[i] for i in sorted(parts)])
+
+
+_ELSEWHERE = object()
+"""What _fit returns for a run of the same settings that another grid is training."""
+
+
+def _fit(config: RunConfig, build, runs_dir, rerun: bool, shared, after_each, share: bool,
+         wait: bool):
+    """One run of run_grid: trained, resumed or read back (None where share leaves it to
+    another process); _ELSEWHERE where another grid holds its settings and wait is False."""
+    import contextlib
+    import shutil
+
+    folder = Path(runs_dir) / run_label(config) if runs_dir is not None else Path(config.out)
+    if share and not rerun and runstore.finished(folder):
+        return None
+    held = contextlib.nullcontext(True) if shared is None or rerun else \
+        runstore.claim(Path(shared) / _settings_key(config), wait=wait and not share)
+    with held as free:
+        if not free:
+            return None if share else _ELSEWHERE
         elsewhere = None if rerun or shared is None else _finished_elsewhere(config, shared)
         if folder.is_symlink() and (elsewhere is None
                                     or folder.resolve() != elsewhere.resolve()):
             folder.unlink()  # a link to another grid's run of other settings: not this run's
         with runstore.claim(folder, wait=not share) as ours:
             if not ours:
-                continue  # another process trains it
+                return None  # another process trains it
             if rerun:
                 shutil.rmtree(folder, ignore_errors=True)
             elif elsewhere is not None and not (folder / runstore.FINAL).exists():
@@ -60,15 +92,11 @@ def run_grid(configs: list[RunConfig], build, *, runs_dir=None, rerun: bool = Fa
                 folder = elsewhere
             trained = not runstore.finished(folder)
             result = loop.fit(build(replace(config, out=str(folder), progress=False)))
-        if not share:
-            parts.append(result)
         if shared is not None:
             _index(config, folder, shared)
-        if after_each is not None and trained:
-            after_each()
-    if after_each is not None:
+    if after_each is not None and trained:
         after_each()
-    return None if share else Results.concat(parts)
+    return None if share else result
 
 
 def _settings_key(config: RunConfig) -> str:
