@@ -276,3 +276,40 @@ def test_two_grids_share_one_warm_up_and_read_back_each_others_runs(tmp_path):
     assert set(second.final["method"]) == {"maxrl", "sera"}
     shared_run = tmp_path / "05" / "maxrl_n0-4_token-mean_seed-0"
     assert sum(bool(r.get("finished")) for r in runstore.records(shared_run)) == 1
+
+
+def test_the_step_0_evaluation_is_kept_beside_the_warm_up_and_changes_no_number(tmp_path,
+                                                                               monkeypatch):
+    # sera after maxrl from one warm-up reads maxrl's step-0 evaluation back; every table equals
+    # that of a sera run that sampled it itself (its warm-up copied, the evaluations left out).
+    import shutil
+
+    calls = []
+    original = sequence.SequenceStudy.correct_counts
+
+    def spy(self, samples, stream, step, split="val"):
+        calls.append((self.config.method, stream, step))
+        return original(self, samples, stream, step, split)
+
+    monkeypatch.setattr(sequence.SequenceStudy, "correct_counts", spy)
+    sequence.train(_tiny(tmp_path, method="maxrl", out=str(tmp_path / "maxrl")),
+                   maze_trainer.build)
+    kept = list((tmp_path / "warmup" / "evaluations").glob("step0-*.json"))
+    assert len(kept) == 1
+    shutil.copytree(tmp_path / "warmup", tmp_path / "alone",
+                    ignore=shutil.ignore_patterns("evaluations"))
+    calls.clear()
+    shared = sequence.train(_tiny(tmp_path, method="sera", out=str(tmp_path / "shared")),
+                            maze_trainer.build)
+    assert ("sera", 1, 0) not in calls and ("sera", 1, 2) in calls
+    alone = sequence.train(_tiny(tmp_path, method="sera", out=str(tmp_path / "sera-alone"),
+                                 warmup_dir=str(tmp_path / "alone")), maze_trainer.build)
+    assert ("sera", 1, 0) in calls
+    for table in ("metrics", "final", "allocations"):
+        pd.testing.assert_frame_equal(getattr(shared, table), getattr(alone, table))
+    # another seed samples its own
+    calls.clear()
+    sequence.train(_tiny(tmp_path, method="sera", seed=1, out=str(tmp_path / "seed1")),
+                   maze_trainer.build)
+    assert ("sera", 1, 0) in calls
+    assert len(list((tmp_path / "warmup" / "evaluations").glob("step0-*.json"))) == 2

@@ -145,9 +145,36 @@ class SequenceStudy:
 
     def evaluate(self, run: loop.Run) -> None:
         samples = self.config.eval_samples
-        correct = self.correct_counts(samples, stream=1, step=run.step)
+        memo = self._first_evaluation() if run.step == 0 else None
+        correct = np.array(json.loads(memo.read_text())) if memo and memo.exists() else None
+        if correct is None:
+            correct = self.correct_counts(samples, stream=1, step=run.step)
+            if memo is not None:
+                runstore.write_json(memo, correct.tolist(), indent=None)
         for k in self.config.val_k:
             run.log("val_pass", pass_at_k(samples, correct, k).mean(), k)
+
+    def _first_evaluation(self) -> Path | None:
+        """Where the step-0 evaluation is kept for every run that starts from the same warm-up
+        model with the same seed and evaluation settings: before the first update it depends on
+        nothing else, and its sampling has its own seed, so reading it back rather than sampling
+        it again changes no number of any run. None (sample it) for a model other than a
+        warm-up's or an engine other than transformers."""
+        folder = warmup_folder(self.config)
+        if getattr(self.config, "model", None) is not None or \
+                type(self.engine) is not TransformersEngine or not folder.is_dir():
+            return None
+        import dataclasses
+        import hashlib
+
+        key = {"model": fingerprint(self.model), "seed": self.config.seed,
+               "samples": self.config.eval_samples, "dtype": self.config.dtype,
+               "sampling": dataclasses.asdict(self.evaluation), "torch": torch.__version__,
+               "device": next(self.model.parameters()).device.type,
+               "chunk": self.engine.chunk, "prompts": hashlib.sha256(
+                   json.dumps(self.task.val_prompts, default=int).encode()).hexdigest()}
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+        return folder / "evaluations" / f"step0-{digest}.json"
 
     def finish(self, run: loop.Run) -> pd.DataFrame:
         """The final Pass@K profile from one pool of final_samples per held-out prompt; the
