@@ -5,7 +5,9 @@ Runs in .venv-scale (`make test-integrations`, SERA_REQUIRE_INTEGRATIONS=1: a mi
 error there); skips in the main environment.
 """
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -147,28 +149,34 @@ def test_resume_restores_the_history_from_the_checkpoint(tmp_path):
     assert again.sera_history.epoch == 1 and again.sera_planner.planned == 2
 
 
+def _gsm8k_and_tiny_model(folder: Path) -> tuple[Path, Path]:
+    """A GSM8K-shaped training file of 8 questions and a one-layer chat model for it."""
+    from sera.models import decoder
+    from sera.tasks.math import build_tokenizer
+
+    rows = [{"question": f"What is {i} plus {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"}
+            for i in range(8)]
+    data = folder / "train.jsonl"
+    pd.DataFrame(rows).to_json(data, orient="records", lines=True)
+    model = folder / "tiny-model"
+    texts = [r["question"] + INSTRUCTION for r in rows] + ["The answer is 0123456789."]
+    tokenizer = build_tokenizer(texts, vocab_size=300, folder=model)
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    tokenizer.save_pretrained(model)
+    decoder(len(tokenizer), width=32, layers=1, heads=2, kv_heads=1, max_positions=128,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id).save_pretrained(model)
+    return data, model
+
+
 def test_the_readme_trl_snippet_trains_on_the_cpu(tmp_path, monkeypatch):
     """The README's TRL snippet as written, with only a tiny model, a GSM8K-shaped file and CPU
     arguments (use_cpu, max_steps, a short completion) put in: batch sizes divide, and each
     process's generation batch holds 4 prompts for SERA to reallocate."""
     from test_readme import needs_a_framework, python_snippets
 
-    from sera.models import decoder
-    from sera.tasks.math import build_tokenizer
-
     snippet = next(s for s in python_snippets() if needs_a_framework(s))
-    rows = [{"question": f"What is {i} plus {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"}
-            for i in range(8)]
-    data = tmp_path / "train.jsonl"
-    pd.DataFrame(rows).to_json(data, orient="records", lines=True)
-    folder = tmp_path / "tiny-model"
-    texts = [r["question"] + INSTRUCTION for r in rows] + ["The answer is 0123456789."]
-    tokenizer = build_tokenizer(texts, vocab_size=300, folder=folder)
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    tokenizer.save_pretrained(folder)
-    decoder(len(tokenizer), width=32, layers=1, heads=2, kv_heads=1, max_positions=128,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id).save_pretrained(folder)
+    data, folder = _gsm8k_and_tiny_model(tmp_path)
     edits = {'"/models/SmolLM2-360M-Instruct"': repr(str(folder)),
              '"/data/gsm8k/train.jsonl"': repr(str(data)),
              "GRPOConfig(": "GRPOConfig(use_cpu=True, max_steps=12, max_completion_length=8, "}
@@ -183,6 +191,50 @@ def test_the_readme_trl_snippet_trains_on_the_cpu(tmp_path, monkeypatch):
     assert len(log) == 3 and all(e["ids"].size == 4 and e["counts"].sum() == 64 for e in log)
     # One generation batch serves steps_per_generation = 4 steps; 8 prompts: an epoch is 2 batches.
     assert [e["fallback"] for e in log] == [True, True, False]
+
+
+CPU_FLAGS = ["--use_cpu", "true", "--use_vllm", "false", "--bf16", "false",
+             "--gradient_checkpointing", "false", "--num_generations", "4",
+             "--per_device_train_batch_size", "8", "--gradient_accumulation_steps", "1",
+             "--max_completion_length", "8", "--save_steps", "2", "--sera_n_max", "6"]
+"""What examples/trl/gsm8k.py needs on a CPU with a tiny model, beside the paths and max_steps."""
+
+
+def test_the_trl_example_trains_checkpoints_and_resumes_on_the_cpu(tmp_path):
+    """The docs' `accelerate launch ... examples/trl/gsm8k.py` command: its script and flags as
+    written, with local paths of a tiny model and file, and CPU_FLAGS added."""
+    import shlex
+
+    from test_readme import pages_text
+
+    data, model = _gsm8k_and_tiny_model(tmp_path)
+    out = tmp_path / "run"
+    block = re.search(r"```bash\n(accelerate launch [^`]*examples/trl/gsm8k\.py.*?)```",
+                      pages_text(), re.S).group(1)
+    words = shlex.split(block.replace("\\\n", " "))
+    script = words.index("examples/trl/gsm8k.py")
+    paths = {"/models/SmolLM2-360M-Instruct": str(model), "/data/gsm8k/train.jsonl": str(data),
+             "/ckpt/smollm2-sera-trl": str(out)}
+    assert set(paths) <= set(words[script + 1:])
+    command = [sys.executable, str(ROOT / words[script]),
+               *(paths.get(w, w) for w in words[script + 1:]), *CPU_FLAGS]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    first = subprocess.run([*command, "--max_steps", "2"], capture_output=True, text=True, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert plugin.last_complete_checkpoint(out) == str(out / "checkpoint-2")
+    saved = torch.load(out / "checkpoint-2" / "training_args.bin", weights_only=False)
+    assert type(saved).__name__ == "SeraGRPOConfig" and saved.sera_n_max == 6
+    assert (saved.learning_rate, saved.loss_type, saved.beta) == (1e-5, "dapo", 0.0)  # the paper's
+    # Started again (another seed, which a new run would sample differently with), it resumes:
+    # steps 1-2 in its log are checkpoint-2's, and it goes on to step 4.
+    again = subprocess.run([*command, "--max_steps", "4", "--seed", "1"], capture_output=True,
+                           text=True, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    before = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and state["log_history"][:2] == before["log_history"][:2]
+    assert (out / "checkpoint-4" / plugin.HISTORY_FILE).exists()
+    assert (out / "config.json").exists()  # the final model
 
 
 @pytest.mark.parametrize("setting, match", [
