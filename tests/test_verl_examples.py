@@ -175,3 +175,50 @@ def test_the_cluster_launcher_runs_the_same_run_on_n_nodes(tmp_path):
     missing = subprocess.run(["bash", script, "train"], capture_output=True, text=True,
                              env=_environment(VERL_MAIN=PRINT_ARGUMENTS, MODEL="m"))
     assert missing.returncode != 0 and "NNODES" in missing.stderr
+
+
+RECIPE = ["hydra.searchpath=[pkg://sera.integrations.verl_recipe]", "+sera=paper",
+          "actor_rollout_ref.rollout.n=4"]  # verl's default (1) is below n_min: refused
+
+
+def test_one_override_turns_the_papers_sera_on_with_typed_options():
+    from sera.methods import METHODS
+    from sera.trainers.config import AllocatorConfig
+
+    config = compose(RECIPE)
+    assert (config.trainer.use_v1, config.trainer.v1.trainer_mode,
+            config.algorithm.adv_estimator) == (True, plugin.MODE, plugin.ESTIMATOR)
+    assert config.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == \
+        "sera.integrations.verl.setup"
+    plugin.refuse_unsupported(config)
+    assert plugin.allocator_from_config(config) == AllocatorConfig(history_rule="counts")
+    assert plugin.allocator_from_config(config).for_method(
+        METHODS["sera"]).history_rule == "counts"  # the paper's rule either way
+    changed = compose([*RECIPE, "sera.n_min=3", "sera.history_gamma=0.8"])
+    assert plugin.allocator_from_config(changed) == AllocatorConfig(
+        n_min=3, history_rule="counts", history_gamma=0.8)
+
+
+@pytest.mark.parametrize("override, named", [
+    ("algorithm.adv_estimator=grpo", "algorithm.adv_estimator=grpo"),
+    ("+sera.u_min=0.05", "+sera.u_min"),
+    ("actor_rollout_ref.actor.use_kl_loss=True", "use_kl_loss=True"),
+])
+def test_a_setting_that_contradicts_the_recipe_is_refused_by_name(override, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        plugin.refuse_unsupported(compose([*RECIPE, override]))
+
+
+def test_the_docs_one_switch_command_composes_sera_on():
+    import shlex
+
+    from test_readme import pages_text
+
+    block = re.search(r"```bash\n(python -m verl\.trainer\.main_ppo .*?)```", pages_text(),
+                      re.S).group(1)
+    words = shlex.split(block.replace("\\\n", " "))
+    config = compose(words[words.index("verl.trainer.main_ppo") + 1:])
+    plugin.refuse_unsupported(config)
+    assert (config.trainer.v1.trainer_mode, config.algorithm.adv_estimator) == (
+        plugin.MODE, plugin.ESTIMATOR)
+    assert plugin.allocator_from_config(config).n_min == 2

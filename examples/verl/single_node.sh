@@ -18,9 +18,10 @@ REWARD=$(python3 -c "import sera.integrations.gsm8k as m; print(m.__file__)")
 
 # GSM8K's 7,473 training questions make 29 steps of 256 prompts an epoch, and verl stops at
 # whichever of total_epochs and total_training_steps comes first: 69 epochs reach step 2,000.
+# `+sera=paper` (sera.integrations.verl_recipe) turns SERA on: the V1 sera_sync trainer mode, the
+# sera_maxrl estimator, the Ray workers' setup hook and the allocator's options (sera.*).
 ${VERL_MAIN:-python3 -m verl.trainer.main_ppo} \
-  +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=sera.integrations.verl.setup \
-  trainer.use_v1=true trainer.v1.trainer_mode=sera_sync algorithm.adv_estimator=sera_maxrl \
+  "hydra.searchpath=[pkg://sera.integrations.verl_recipe]" +sera=paper \
   reward.custom_reward_function.path="$REWARD" reward.custom_reward_function.name=compute_score \
   data.train_files="$DATA/train.parquet" data.val_files="$DATA/test.parquet" \
   data.train_batch_size=256 data.max_prompt_length=512 data.max_response_length=2048 \

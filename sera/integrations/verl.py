@@ -17,8 +17,11 @@ Importing this module registers two things with verl:
   global_step_N/ before verl's checkpoint marker. The rollouts per step stay
   train_batch_size x rollout.n, so verl's dispatch, mini-batches and padding are unchanged.
 
-Both must be registered in the Ray workers that use them: pass
-`+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=sera.integrations.verl.setup`.
+Both must be registered in the Ray workers that use them:
+`+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=sera.integrations.verl.setup`. The
+config group sera.integrations.verl_recipe sets that, the mode, the estimator and the allocator's
+options (`sera.*`) with one override: `hydra.searchpath=[pkg://sera.integrations.verl_recipe]
++sera=paper`.
 examples/verl/ has the GSM8K / SmolLM2 launchers (one node, a Ray cluster) and the data preparation.
 
 Loss aggregation: sera's token-mean is `actor_rollout_ref.actor.loss_agg_mode=token-mean`; sera's
