@@ -109,7 +109,8 @@ def setup() -> None:
 OUTSIDE_MODE = (f"algorithm.adv_estimator={ESTIMATOR} is running outside "
                 f"trainer.v1.trainer_mode={MODE}: every prompt gets rollout.n rollouts, so this "
                 f"trains MaxRL, not SERA. SERA needs trainer.use_v1=true "
-                f"trainer.v1.trainer_mode={MODE} as well (examples/verl/single_node.sh).")
+                f"trainer.v1.trainer_mode={MODE} as well, or the config group that sets both: "
+                f"hydra.searchpath=[pkg://sera.integrations.verl_recipe] +sera=paper.")
 """Logged once, at the first batch, when `sera_maxrl` runs outside the SERA trainer mode."""
 _warned_alone = False
 _planned: set | None = None  # uids out for rollout, while SeraTrainerSync computes advantages

@@ -1,4 +1,5 @@
-"""SERA's Hydra config group for verl: one override turns the paper's sera on.
+"""SERA's Hydra config group for verl: one override turns on the paper's sera with its
+observability-guided selection off (verl keeps every prompt it sends out; sera.integrations.verl).
 
     python -m verl.trainer.main_ppo hydra.searchpath=[pkg://sera.integrations.verl_recipe] \
         +sera=paper [the run's own overrides]
