@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM)/.installed
 SCALE := .venv-scale
 SCALE_STAMP := $(SCALE)/.installed
 
-.PHONY: room-vision room-vllm room-scale results browser-deps study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
+.PHONY: room-vision room-vllm room-scale results browser-deps study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-after-suite test-extras test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -58,7 +58,8 @@ lint: $(STAMP)
 # environments and the browser are installed in the background (first use only; mostly disk and
 # network, so the two cores stay with the suite; log in build/envs.log), where the disk has room
 # for all three at once; else each is installed just before its own tests, one at a time. Their
-# tests follow the suite. The notebooks' tests check the executions `make figures` recorded in
+# tests follow the suite, one environment at a time and mostly on one core, so the browser tests
+# run beside them on the other (their log is printed when both are done). The notebooks' tests check the executions `make figures` recorded in
 # build/notebooks/ where they match the sources and environment now (sera.teaching.executions),
 # else run the notebooks themselves.
 test: $(STAMP)
@@ -72,13 +73,27 @@ test: $(STAMP)
 	if [ $$built -ne 0 ]; then echo "installing the extra environments failed:"; \
 		tail -30 build/envs.log; fi; \
 	[ $$tests -eq 0 ] && [ $$built -eq 0 ]
+	@$(MAKE) --no-print-directory test-after-suite
+
+# The extra environments' tests and the browser tests side by side; either failing fails it, once
+# both have run. (The targets are variables so that tests/test_makefile.py can swap in probes.)
+EXTRAS_TARGET ?= test-extras
+BROWSER_TARGET ?= test-browser
+test-after-suite:
 	@rm -f build/not-run.txt
+	@echo "browser tests beside the extra environments' tests (log: build/browser.log)"; \
+	$(MAKE) --no-print-directory $(BROWSER_TARGET) > build/browser.log 2>&1 & browser=$$!; \
+	$(MAKE) --no-print-directory $(EXTRAS_TARGET); extras=$$?; \
+	wait $$browser; shown=$$?; echo; echo "--- build/browser.log"; cat build/browser.log; \
+	if [ -f build/not-run.txt ]; then echo; echo "NOT RUN for want of disk:"; \
+		cat build/not-run.txt; fi; \
+	[ $$extras -eq 0 ] && [ $$shown -eq 0 ]
+
+# The extra environments' tests, as `make test` runs them (one environment at a time).
+test-extras: $(STAMP)
 	$(call extra_tests,vision,test-vision gpu-check-cpu-vision)
 	$(call extra_tests,vllm,test-vllm)
 	$(call extra_tests,scale,test-integrations gpu-check-cpu-scale)
-	$(MAKE) --no-print-directory test-browser
-	@if [ -f build/not-run.txt ]; then echo; echo "NOT RUN for want of disk:"; \
-		cat build/not-run.txt; fi
 
 # The extra environments skip pip's byte-compilation (--no-compile): the tests import a small part
 # of torch, vLLM and verl, and compiling everything tripled the set-up time. They skip pip's cache

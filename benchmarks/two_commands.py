@@ -24,6 +24,7 @@ GOALS = {"figures": 600, "test": 1200}
 STAGES = {  # the first words of the recipe lines that open each stage of `make test`
     "ruff": ".venv/bin/ruff check",
     "suite (extra environments installing alongside)": "mkdir -p build; room=",
+    "extras and browser side by side": "browser tests beside the extra",
     "vision environment": "python3 -m venv .venv-vision",
     "vision tests": "SERA_REQUIRE_VISION=1",
     "gpu-check resnet": "OMP_NUM_THREADS=2 .venv-vision",
@@ -32,7 +33,9 @@ STAGES = {  # the first words of the recipe lines that open each stage of `make 
     "scale environment": "python3 -m venv .venv-scale",
     "verl and TRL tests": "SERA_REQUIRE_INTEGRATIONS=1",
     "gpu-check trl, maze": "OMP_NUM_THREADS=2 .venv-scale",
-    "browser": "SERA_REQUIRE_BROWSER=1",
+    # the browser tests start with the extra environments' tests and their log is printed when
+    # both are done: this stage is the time the browser tests ran on after the extras' last one
+    "browser (after the extras)": "--- build/browser.log",
 }
 
 

@@ -54,3 +54,32 @@ def test_an_environment_with_room_runs(checkout):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ran vision" in done.stdout and "ran scale" in done.stdout
     assert not (checkout / "build" / "not-run.txt").exists()
+
+
+SIDE_BY_SIDE = """slow-ok:
+\t@sleep 2; date +%s.%N > build/browser-done; echo browser ok
+slow-fail:
+\t@sleep 2; echo browser broke; exit 1
+quick-%:
+\t@date +%s.%N > build/extras-done; echo extras $*; [ $* = ok ]
+"""
+
+
+@pytest.mark.parametrize("browser, extras, passes", [("ok", "ok", True), ("fail", "ok", False),
+                                                     ("ok", "fail", False)])
+def test_the_browser_tests_run_beside_the_extras_and_either_failure_counts(checkout, browser,
+                                                                           extras, passes):
+    (checkout / "probe.mk").write_text(SIDE_BY_SIDE)
+    done = subprocess.run(["make", "--no-print-directory", "test-after-suite",
+                           f"BROWSER_TARGET=slow-{browser}", f"EXTRAS_TARGET=quick-{extras}"],
+                          cwd=checkout, env={**os.environ, "MAKEFILES": str(checkout / "probe.mk")},
+                          capture_output=True, text=True)
+    assert (done.returncode == 0) == passes, done.stdout + done.stderr
+    assert f"extras {extras}" in done.stdout
+    log = "browser ok" if browser == "ok" else "browser broke"
+    assert done.stdout.index(f"extras {extras}") < done.stdout.index(log)  # printed after both
+    assert log in (checkout / "build" / "browser.log").read_text()
+    if browser == "ok":  # the extras finished while the browser target was still sleeping
+        finished = {name: float((checkout / "build" / f"{name}-done").read_text())
+                    for name in ("extras", "browser")}
+        assert finished["extras"] < finished["browser"] - 1
