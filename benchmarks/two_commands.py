@@ -24,7 +24,6 @@ GOALS = {"figures": 600, "test": 1200}
 STAGES = {  # the first words of the recipe lines that open each stage of `make test`
     "ruff": ".venv/bin/ruff check",
     "suite (extra environments installing alongside)": "mkdir -p build; room=",
-    "extras and browser side by side": "browser tests beside the extra",
     "vision environment": "python3 -m venv .venv-vision",
     "vision tests": "SERA_REQUIRE_VISION=1",
     "gpu-check resnet": "OMP_NUM_THREADS=2 .venv-vision",
