@@ -85,7 +85,7 @@ def root_counts(p, budget, n_min, upper):
 @given(instances(), st.sampled_from(["paper", "exact", "uniform"]))
 def test_integer_counts_meet_budget_and_bounds(instance, method):
     p, budget, n_min, n_max = instance
-    result = sera.allocate(p, budget, n_min, n_max, method=method)
+    result = sera.allocate(p, budget, n_min, n_max, rule=method)
     assert result.counts.dtype.kind == "i"
     assert result.counts.sum() == budget
     assert result.counts.min() >= n_min
@@ -118,7 +118,7 @@ def test_lower_success_never_gets_fewer_rollouts(instance, method):
     if method == "continuous":
         counts = sera.waterline(p, budget, n_min, n_max).counts
     else:
-        counts = sera.allocate(p, budget, n_min, n_max, method=method).counts
+        counts = sera.allocate(p, budget, n_min, n_max, rule=method).counts
     lower = p[:, None] < p[None, :]
     violations = lower & (counts[:, None] < counts[None, :] - 1e-9)
     assert not violations.any(), (p, counts)
@@ -142,7 +142,7 @@ def test_continuous_solution_equalizes_fidelity_of_unclipped_prompts(instance):
 def test_exact_method_is_the_water_filling(instance):
     p, budget, n_min, n_max = instance
     upper = _upper(p, budget, n_min, n_max)
-    counts = sera.allocate(p, budget, n_min, n_max, method="exact").counts
+    counts = sera.allocate(p, budget, n_min, n_max, rule="exact").counts
     np.testing.assert_array_equal(counts, water_fill(p, budget, n_min, upper))
 
 
@@ -152,7 +152,7 @@ def test_exact_method_follows_the_limits_at_zero_and_one(instance):
     # other prompt is full. The heap reaches the same through keys 0 and inf.
     p, budget, n_min, n_max = instance
     upper = _upper(p, budget, n_min, n_max)
-    counts = sera.allocate(p, budget, n_min, n_max, method="exact").counts
+    counts = sera.allocate(p, budget, n_min, n_max, rule="exact").counts
     np.testing.assert_array_equal(counts, water_fill(p, budget, n_min, upper))
 
 
@@ -164,7 +164,7 @@ def test_paper_rounding_follows_its_rule(instance):
     p, budget, n_min, n_max = instance
     upper = _upper(p, budget, n_min, n_max)
     continuous = root_counts(p, budget, n_min, upper)
-    counts = sera.allocate(p, budget, n_min, n_max, method="paper").counts
+    counts = sera.allocate(p, budget, n_min, n_max, rule="paper").counts
     floors = np.floor(continuous + 1e-9)
     extra = counts - floors
     assert set(np.unique(extra)) <= {0, 1}, (continuous, counts)
@@ -181,17 +181,17 @@ def test_paper_rounding_follows_its_rule(instance):
 @given(instances(max_prompts=12, probs=interior_prob, max_extra=14))
 def test_paper_rounding_never_beats_exact(instance):
     p, budget, n_min, n_max = instance
-    paper = sera.allocate(p, budget, n_min, n_max, method="paper")
-    exact = sera.allocate(p, budget, n_min, n_max, method="exact")
+    paper = sera.allocate(p, budget, n_min, n_max, rule="paper")
+    exact = sera.allocate(p, budget, n_min, n_max, rule="exact")
     assert paper.fidelity.min() <= exact.fidelity.min() * (1 + 1e-12)
 
 
 @given(instances(), st.sampled_from(["paper", "exact"]), st.floats(0.5, 64))
 def test_multiplicity_weights_equalize_prompt_weight(instance, method, n0):
     p, budget, n_min, n_max = instance
-    result = sera.allocate(p, budget, n_min, n_max, method=method, n0=n0)
+    result = sera.allocate(p, budget, n_min, n_max, rule=method, n0=n0)
     np.testing.assert_allclose(result.counts * result.weights, n0, rtol=1e-12)
-    default = sera.allocate(p, budget, n_min, n_max, method=method)
+    default = sera.allocate(p, budget, n_min, n_max, rule=method)
     np.testing.assert_allclose(default.counts * default.weights, budget / p.size, rtol=1e-12)
 
 
@@ -208,7 +208,7 @@ def test_multiplicity_weights_equalize_prompt_weight(instance, method, n0):
 def test_batches_mixing_tiny_and_moderate_p(p, budget, n_min, n_max, expected):
     assert sera.waterline(p, budget, n_min, n_max).counts.sum() == pytest.approx(budget)
     for method in ("paper", "exact"):
-        result = sera.allocate(p, budget, n_min, n_max, method=method)
+        result = sera.allocate(p, budget, n_min, n_max, rule=method)
         np.testing.assert_array_equal(result.counts, expected)
 
 
@@ -219,9 +219,9 @@ def test_confident_softmax_batches():
         p = 1 - 10.0 ** -rng.uniform(0, 16, 64)
         p[rng.random(64) < 0.1] = 10.0 ** -rng.uniform(0, 300, 1)
         budget = 64 * 16
-        exact = sera.allocate(p, budget, 2, 128, method="exact").counts
+        exact = sera.allocate(p, budget, 2, 128, rule="exact").counts
         np.testing.assert_array_equal(exact, water_fill(p, budget, 2, 128))
-        paper = sera.allocate(p, budget, 2, 128, method="paper").counts
+        paper = sera.allocate(p, budget, 2, 128, rule="paper").counts
         assert paper.sum() == budget and paper.min() >= 2 and paper.max() <= 128
 
 
@@ -234,8 +234,8 @@ def test_paper_rounding_can_fall_below_exact():
         b = int(rng.integers(2, 5))
         p = rng.uniform(0.01, 0.99, b)
         budget = int(rng.integers(2 * b, 8 * b + 1))
-        paper = sera.allocate(p, budget, 2, 8, method="paper").fidelity.min()
-        exact = sera.allocate(p, budget, 2, 8, method="exact").fidelity.min()
+        paper = sera.allocate(p, budget, 2, 8, rule="paper").fidelity.min()
+        exact = sera.allocate(p, budget, 2, 8, rule="exact").fidelity.min()
         gaps.append(exact - paper)
     assert max(gaps) > 1e-3
 
@@ -245,8 +245,8 @@ def test_zero_and_one_are_limits_of_the_interior():
     near = np.array([1e-12, 0.3, 0.7, 1 - 1e-12])
     for budget in (8, 13, 20, 27, 31, 40):
         for method in ("paper", "exact"):
-            a = sera.allocate(p, budget, 2, 10, method=method).counts
-            b = sera.allocate(near, budget, 2, 10, method=method).counts
+            a = sera.allocate(p, budget, 2, 10, rule=method).counts
+            b = sera.allocate(near, budget, 2, 10, rule=method).counts
             np.testing.assert_array_equal(a, b)
 
 
@@ -254,7 +254,7 @@ def test_zero_success_prompts_fill_first_and_share():
     counts, lam = sera.waterline([0.0, 0.0, 0.5], 12, 2, 8)
     np.testing.assert_allclose(counts, [5, 5, 2])
     assert lam == 0
-    exact = sera.allocate([0.0, 0.0, 0.5], 13, 2, 8, method="exact").counts
+    exact = sera.allocate([0.0, 0.0, 0.5], 13, 2, 8, rule="exact").counts
     np.testing.assert_array_equal(exact, [6, 5, 2])
 
 
@@ -285,20 +285,20 @@ def test_large_batch_runs_and_is_exact():
     p = rng.beta(0.5, 1.5, 100_000)
     p[:100] = 10.0 ** -rng.uniform(5, 300, 100)
     for method in ("paper", "exact"):
-        result = sera.allocate(p, 16 * p.size, 2, 64, method=method)
+        result = sera.allocate(p, 16 * p.size, 2, 64, rule=method)
         assert result.counts.sum() == 16 * p.size
         assert result.counts.min() >= 2 and result.counts.max() <= 64
-    exact = sera.allocate(p, 16 * p.size, 2, 64, method="exact")
-    paper = sera.allocate(p, 16 * p.size, 2, 64, method="paper")
+    exact = sera.allocate(p, 16 * p.size, 2, 64, rule="exact")
+    paper = sera.allocate(p, 16 * p.size, 2, 64, rule="paper")
     assert exact.fidelity.min() >= paper.fidelity.min() - 1e-12
     sample = p[:20_000]
     np.testing.assert_array_equal(sera.allocate(sample, 16 * sample.size, 2, 64,
-                                                method="exact").counts,
+                                                rule="exact").counts,
                                   water_fill(sample, 16 * sample.size, 2, 64))
 
 
 def test_paper_rounding_gives_p_one_remainders_by_index():
-    result = sera.allocate([1.0, 0.4, 1.0], 21, 2, 10, method="paper")
+    result = sera.allocate([1.0, 0.4, 1.0], 21, 2, 10, rule="paper")
     np.testing.assert_allclose(result.continuous, [5.5, 10, 5.5])
     np.testing.assert_array_equal(result.counts, [6, 10, 5])
 
@@ -340,7 +340,7 @@ def test_waterline_at_budgets_beyond_64_bit_integers(budget):
 
 def _every_result(p, budget, n_min, n_max):
     counts, lam = sera.waterline(p, budget, n_min, n_max)
-    return [counts, lam, *(sera.allocate(p, budget, n_min, n_max, method=method).counts
+    return [counts, lam, *(sera.allocate(p, budget, n_min, n_max, rule=method).counts
                            for method in ("paper", "exact"))]
 
 
