@@ -5,9 +5,9 @@ hint when something is off, never a traceback. Each returns a Feedback as well, 
 A stub that still raises NotImplementedError is reported as "not done yet"; a function that calls
 sera itself is not a solution. A typical mistake is named only where it explains the student's
 values (for kappa, the advantages, the weights, the rounding and Pass@K: on every checked case),
-else the hint is generic; values right to about six digits pass. Hints say what is wrong, not
-what is right: the expected values and the formula are added only with answers=True
-(self-study; a graded class leaves it off).
+else the hint is generic; values right to about six digits pass. Hints say what is wrong, never
+what is right (no expected value, no formula). These checks give feedback only: the grade
+comes from the hidden test regions of the exercise notebooks (see sera.teaching.feedback).
 The reference solutions are the exercise notebooks' solution cells (sera.teaching.release).
 The shared Feedback, Hint and report are in sera.teaching.feedback, exercise 2's checks in
 sera.teaching.waterline_checks; all are exposed here, with the checks' table CHECKS.
@@ -27,8 +27,9 @@ from sera.teaching.waterline_checks import check_rounding, check_two_prompt_wate
 # ---------------------------------------------------------------------- exercise 1: kappa
 
 
-def check_kappa(fn, answers: bool = False) -> Feedback:
-    """fn(p, n) -> the fidelity of centered MaxRL with n rollouts, 1 - (1-p)^(n-1)."""
+def check_kappa(fn) -> Feedback:
+    """Feedback on fn(p, n), the fidelity of centered MaxRL with n rollouts at success
+    probability p."""
 
     def run(fn):
         p = np.array([0.001, 0.05, 0.2, 0.5, 0.9])
@@ -47,21 +48,20 @@ def check_kappa(fn, answers: bool = False) -> Feedback:
         if not _close(got, _kappa(p, ns)):
             for values, hint in mistakes:
                 if _close(got, values):
-                    return Hint(hint, "kappa = 1 - (1-p)^(N-1).")
+                    return Hint(hint)
             return Hint("The values differ from the fidelity; work out p = 0.2, N = 3 by hand.",
-                        "kappa(0.2, 3) = 0.36.", credit=0.0)
+                        named=False)
         if not _close(float(fn(1e-12, 3)), 2e-12, atol=0):
             return Hint("Right formula, but at p = 1e-12 it loses its digits: 1 - (1-p)^2 rounds "
-                        "to a multiple of 1e-16. numpy has functions that keep them.",
-                        "Use -expm1((N-1) * log1p(-p)).")
+                        "to a multiple of 1e-16. numpy has functions that keep them.")
         return None
 
-    return _report("kappa", fn, run, answers)
+    return _report("kappa", fn, run)
 
 
-def check_centered_advantages(fn, answers: bool = False) -> Feedback:
-    """fn(rewards) -> MaxRL's centered advantages (r - mean) / mean for one group (0 if no
-    success). A typical mistake is named only when it explains every group with a success."""
+def check_centered_advantages(fn) -> Feedback:
+    """Feedback on fn(rewards), MaxRL's centered advantages for one group of 0/1 rewards. A
+    typical mistake is named only when it explains every group with a success."""
 
     def run(fn):
         groups = [np.array([1.0, 0, 0, 0]), np.array([1.0, 1, 0]), np.array([0.0, 0, 0]),
@@ -69,17 +69,16 @@ def check_centered_advantages(fn, answers: bool = False) -> Feedback:
         got = [np.asarray(fn(r.copy()), dtype=float) for r in groups]
         if any(g.shape != r.shape for g, r in zip(got, groups, strict=True)):
             return Hint("Return one advantage per response, in the order of the rewards.",
-                        credit=0.0)
+                        named=False)
         want = [(r - r.mean()) / r.mean() if r.mean() > 0 else np.zeros_like(r) for r in groups]
         off = [i for i, r in enumerate(groups) if not _close(got[i], want[i])]
         if any(groups[i].mean() > 0 for i in off):
             i = next(i for i in off if groups[i].mean() > 0)
             shown = f"For rewards {groups[i].tolist()}"
-            expected = f"{shown} expected {np.round(want[i], 4).tolist()}."
             for mistake, hint in _ADVANTAGE_MISTAKES:
                 if _explains(mistake, groups, got):
-                    return Hint(hint, expected)
-            return Hint(f"{shown} your advantages differ.", expected, 0.0)
+                    return Hint(hint)
+            return Hint(f"{shown} your advantages differ.", named=False)
         if not all(np.all(np.isfinite(got[i])) for i in off):
             return Hint("A group without any success has mean 0: return zeros there instead "
                         "of dividing by it.")
@@ -88,7 +87,7 @@ def check_centered_advantages(fn, answers: bool = False) -> Feedback:
                         "should be 0.")
         return None
 
-    return _report("centered advantages", fn, run, answers)
+    return _report("centered advantages", fn, run)
 
 
 def _explains(mistake, groups, got) -> bool:
@@ -129,33 +128,31 @@ _ADVANTAGE_MISTAKES = [
 # ---------------------------------------------------------------------- exercise 3: weights, Pass@K
 
 
-def check_multiplicity_weights(fn, answers: bool = False) -> Feedback:
-    """fn(counts, n0) -> the per-response weight n0 / N_q, 0 where N_q = 0."""
+def check_multiplicity_weights(fn) -> Feedback:
+    """Feedback on fn(counts, n0), the multiplicity weight of each prompt's responses."""
 
     def run(fn):
         counts, n0 = np.array([2, 4, 8, 32, 0]), 8
         got = np.asarray(fn(counts.copy(), n0), dtype=float)
         want = np.array([4.0, 2.0, 1.0, 0.25, 0.0])
-        expected = f"For counts {counts.tolist()} and n0 = {n0} expected {want.tolist()}."
         if _close(got, want):
             return None
         if got.shape != want.shape:
-            return Hint("Return one weight per prompt.", credit=0.0)
+            return Hint("Return one weight per prompt.", named=False)
         if not np.all(np.isfinite(got)):
             return Hint("A prompt with no rollouts gets weight 0, not a division by zero.")
         used, totals = counts > 0, counts * got
         if _close(got[used], want[used]):
             return Hint("A prompt with no rollouts has no responses to weigh: its weight is 0.")
         if _close(got[used], counts[used] / n0):
-            return Hint("Upside down: a prompt with more rollouts gets a smaller weight.",
-                        expected)
+            return Hint("Upside down: a prompt with more rollouts gets a smaller weight.")
         if not _close(totals[used], np.full(used.sum(), totals[used][0])):
             return Hint("Check a prompt's total weight, its count times its weight: it should be "
-                        "the same for every prompt that got rollouts.", expected, 0.0)
+                        "the same for every prompt that got rollouts.", named=False)
         total = totals[used][0]
         if _close(total, 1):
             return Hint("Your weights make a prompt's responses sum to 1, not to what it "
-                        "carried under uniform counts (n0).", expected)
+                        "carried under uniform counts (n0).")
         if any(_close(total, counts[kept].mean()) for kept in (used, slice(None))):
             return Hint("Every prompt gets the same total weight, as it should, but you used the "
                         "batch's mean count where the uniform count n0 belongs.")
@@ -163,12 +160,12 @@ def check_multiplicity_weights(fn, answers: bool = False) -> Feedback:
                     f"{total:.4g}, not what a prompt carried under uniform counts (n0): a "
                     f"weight should not depend on the rest of the batch.")
 
-    return _report("multiplicity weights", fn, run, answers)
+    return _report("multiplicity weights", fn, run)
 
 
-def check_pass_at_k(fn, answers: bool = False) -> Feedback:
-    """fn(n, c, k) -> the unbiased Pass@K from c correct among n samples. A typical mistake is
-    named only when it explains every checked case."""
+def check_pass_at_k(fn) -> Feedback:
+    """Feedback on fn(n, c, k), the unbiased Pass@K from c correct among n samples. A typical
+    mistake is named only when it explains every checked case."""
 
     def run(fn):
         cases = [(10, 3, 1), (10, 3, 4), (16, 1, 8), (8, 0, 2), (8, 7, 2), (20, 5, 20), (5, 5, 3)]
@@ -181,21 +178,19 @@ def check_pass_at_k(fn, answers: bool = False) -> Feedback:
                 return hint
         i = int(np.flatnonzero(~np.isclose(got, want, rtol=1e-6, atol=1e-9))[0])
         (n, c, k), value = cases[i], got[i]
-        return Hint(f"For n = {n}, c = {c}, K = {k} your value {value:.6f} is off.",
-                    f"For n = {n}, c = {c}, K = {k} expected {want[i]:.6f}.", 0.0)
+        return Hint(f"For n = {n}, c = {c}, K = {k} your value {value:.6f} is off.", named=False)
 
-    return _report("Pass@K", fn, run, answers)
+    return _report("Pass@K", fn, run)
 
 
-_WITHOUT = "Use 1 - C(n-c, K) / C(n, K)."
 # The typical mistakes: each one's value for (n, c, K), and its hint.
 _PASS_AT_K_MISTAKES = [
     (lambda n, c, k: math.comb(n - c, k) / math.comb(n, k),
      Hint("You returned the chance that all K samples miss every correct one; Pass@K is "
-          "the chance that at least one of them is correct.", _WITHOUT)),
+          "the chance that at least one of them is correct.")),
     (lambda n, c, k: 1 - (1 - c / n) ** k,
      Hint("1 - (1 - c/n)^K draws with replacement: it is biased for K > 1. Count the ways K "
-          "samples drawn without replacement miss every correct one.", _WITHOUT)),
+          "samples drawn without replacement miss every correct one.")),
     (lambda n, c, k: 1 - math.comb(c, k) / math.comb(n, k),
      Hint("You subtracted the chance that all K samples are correct; a draw of K fails only "
           "when none of its samples is correct.")),

@@ -1,5 +1,9 @@
 """What every course check shares: the Feedback it returns, the Hint a check gives for a
-mistake, and the report that runs a student's function and prints the outcome once."""
+mistake, and the report that runs a student's function and prints the outcome once.
+
+The checks teach; they do not grade. Grades come from the hidden test regions of the exercise
+notebooks, which compute their own expectations at grading time and never call this package:
+nothing patched here changes a grade. No message shows an expected value or a formula."""
 
 from __future__ import annotations
 
@@ -16,12 +20,8 @@ class Feedback:
     done: bool
     passed: bool
     message: str
-    credit: float = 0.0
-    """The share of the points: 1 when passed, the hint's credit for a named mistake, else 0."""
-
-    def score(self, points: float) -> float:
-        """The grade out of `points` (an nbgrader test cell ends with it: partial credit)."""
-        return float(points) * (1.0 if self.passed else self.credit)
+    named: bool = False
+    """True when the message names a typical mistake (not only "your values differ")."""
 
     def _ipython_display_(self) -> None:
         """Nothing: the check printed its message already, and a check ending a cell would
@@ -33,13 +33,11 @@ class Feedback:
 
 @dataclass(frozen=True)
 class Hint:
-    """What is wrong (always shown), what is right (shown only with answers=True), and the share
-    of the points the mistake keeps when graded: half for a typical mistake the check names, none
-    for an answer it can only call different or malformed."""
+    """What is wrong, and whether it names a typical mistake (False for an answer the check can
+    only call different or malformed)."""
 
     wrong: str
-    answer: str = ""
-    credit: float = 0.5
+    named: bool = True
 
 
 def _from_sera(value) -> bool:
@@ -67,7 +65,7 @@ def _calls_sera(fn) -> bool:
     return False
 
 
-def _report(name: str, fn, run, answers: bool) -> Feedback:
+def _report(name: str, fn, run) -> Feedback:
     """Call run(fn) -> None (passed) or a Hint; a stub or an error becomes a message."""
     if _calls_sera(fn):
         feedback = Feedback(True, False, f"{name}: not yet. Your function calls sera's own "
@@ -84,11 +82,9 @@ def _report(name: str, fn, run, answers: bool) -> Feedback:
                                          f"{exc}. Check it on one small case by hand.")
     else:
         if isinstance(hint, Hint):
-            text = hint.wrong + (f" {hint.answer}" if answers and hint.answer else "")
-            feedback = Feedback(True, False, f"{name}: not yet. {text}", hint.credit)
+            feedback = Feedback(True, False, f"{name}: not yet. {hint.wrong}", hint.named)
         else:
-            feedback = Feedback(True, True, f"{name}: correct." + (f" {hint}" if hint else ""),
-                                1.0)
+            feedback = Feedback(True, True, f"{name}: correct." + (f" {hint}" if hint else ""))
     print(("PASS " if feedback.passed else "---- ") + feedback.message)
     return feedback
 

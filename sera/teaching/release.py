@@ -78,8 +78,11 @@ def generate_assignments(folders: dict[str, list[Path]], course: Path) -> dict[P
     A rebuild replaces only each assignment's source/ and release/ folders: what the course
     collected and graded (submitted/, autograded/, feedback/, gradebook.db) stays as it is."""
     course.mkdir(parents=True, exist_ok=True)
+    from sera.teaching.autograde import config_lines
+
     (course / "nbgrader_config.py").write_text(
-        f"c = get_config()\nc.CourseDirectory.root = {str(course.resolve())!r}\n")
+        f"c = get_config()\nc.CourseDirectory.root = {str(course.resolve())!r}\n"
+        + config_lines())
     released = {}
     for assignment, paths in folders.items():
         for kind in ("source", "release"):

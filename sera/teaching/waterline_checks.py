@@ -13,9 +13,8 @@ from sera.fidelity import kappa as _kappa
 from sera.teaching.feedback import Feedback, Hint, _close, _report
 
 
-def check_two_prompt_waterline(fn, answers: bool = False) -> Feedback:
-    """fn(p1, p2, budget, n_min) -> continuous counts (n1, n2) summing to the budget, each at
-    least n_min, with equal kappa when the bound does not bind."""
+def check_two_prompt_waterline(fn) -> Feedback:
+    """Feedback on fn(p1, p2, budget, n_min), the two prompts' continuous waterline counts."""
 
     def run(fn):
         for p1, p2, budget, n_min in [(0.1, 0.4, 20, 2), (0.05, 0.5, 12, 2), (0.3, 0.3, 10, 2),
@@ -24,28 +23,27 @@ def check_two_prompt_waterline(fn, answers: bool = False) -> Feedback:
             want = waterline([p1, p2], budget, n_min).counts
             if _close(got, want, rtol=1e-6, atol=1e-6):
                 continue
-            expected = f"For p = ({p1}, {p2}), budget {budget}: expected {np.round(want, 4)}."
             if got.shape != (2,):
-                return Hint("Return the two counts as one array of two numbers.", credit=0.0)
+                return Hint("Return the two counts as one array of two numbers.", named=False)
             if abs(got.sum() - budget) > 1e-6:
                 return Hint(f"The two counts must add up to the budget ({budget}); yours add to "
                             f"{got.sum():.4g}.")
             if got.min() < n_min - 1e-9:
                 return Hint(f"One count fell below N_min = {n_min} (p = {p1}, {p2}, budget "
-                            f"{budget}): what happens to the other prompt then?", expected)
+                            f"{budget}): what happens to the other prompt then?")
             if _close(got, _two_prompts(-np.log([p1, p2]), budget, n_min), rtol=1e-6):
                 return Hint("Your hazard h shrinks as p grows, so the easier prompt gets more "
                             "rollouts: in kappa = 1 - exp(-(N-1) h), h comes from the chance "
-                            "of failing.", "h = -log(1 - p).")
+                            "of failing.")
             shares = 1 / np.array([p1, p2])
             if _close(got, 1 + (budget - 2) * shares / shares.sum(), rtol=1e-6):
                 return Hint("Your N - 1 is proportional to 1/p; equal kappa asks for another "
-                            "function of p (write kappa as an exponential).", expected)
+                            "function of p (write kappa as an exponential).")
             return Hint(f"For p = ({p1}, {p2}), budget {budget}, N_min = {n_min} your counts "
-                        f"do not give the two prompts equal kappa.", expected, 0.0)
+                        f"do not give the two prompts equal kappa.", named=False)
         return None
 
-    return _report("two-prompt waterline", fn, run, answers)
+    return _report("two-prompt waterline", fn, run)
 
 
 def _two_prompts(h, budget: int, n_min: int) -> np.ndarray:
@@ -59,11 +57,10 @@ def _two_prompts(h, budget: int, n_min: int) -> np.ndarray:
     return counts
 
 
-def check_rounding(fn, answers: bool = False) -> Feedback:
-    """fn(p, continuous, level, budget, n_max) -> the paper's integer counts: each continuous
-    count rounded down, then one more rollout each to the prompts whose fidelity after it,
-    kappa(p, floor + 1), lies closest to the level (never above n_max). The exact integer
-    max-min passes too. Ties between equally close prompts may go either way."""
+def check_rounding(fn) -> Feedback:
+    """Feedback on fn(p, continuous, level, budget, n_max), integer counts by the paper's
+    rounding (the exercise states the rule); the exact integer max-min passes too, and equally
+    close prompts may be served in either order."""
 
     def run(fn):
         batches = []
@@ -83,14 +80,14 @@ def check_rounding(fn, answers: bool = False) -> Feedback:
         return (f"On the same 60 batches the paper's rule leaves the lowest kappa below the "
                 f"exact integer max-min in {below}.")
 
-    return _report("rounding", fn, run, answers)
+    return _report("rounding", fn, run)
 
 
 def _rounding_shape(got, continuous, budget, n_max) -> Hint | None:
     """A hint when got is not whole numbers, misses the budget, passes n_max or leaves floor and
     ceiling."""
     if got.shape != continuous.shape or not np.allclose(got, np.round(got)):
-        return Hint("Return one whole number per prompt.", credit=0.0)
+        return Hint("Return one whole number per prompt.", named=False)
     got = np.round(got).astype(int)
     if got.sum() != budget:
         return Hint(f"Your counts add to {got.sum()}; the budget is {budget}.")
@@ -164,8 +161,7 @@ def _rounding_hint(batches: list[_Batch]) -> Hint:
             return hint
     return Hint(f"For p = {np.round(first.p, 3).tolist()} and budget {first.budget} your extra "
                 f"rollouts went to other prompts than the paper's rule picks: compare each "
-                f"prompt's fidelity after one more rollout with the level.",
-                f"Expected {first.paper.tolist()}.", 0.0)
+                f"prompt's fidelity after one more rollout with the level.", named=False)
 
 
 def _rounding_mistakes(first: _Batch) -> list:
@@ -176,8 +172,7 @@ def _rounding_mistakes(first: _Batch) -> list:
         (lambda b: -(b.continuous - b.floor),
          Hint("You handed the missing rollouts out by the size of the fractional parts "
               "(largest remainders). The paper ranks the prompts by the fidelity each would "
-              "reach with one more rollout.",
-              "Rank by (kappa(p, floor + 1) - level)^2, smallest first.")),
+              "reach with one more rollout.")),
         (lambda b: (_kappa(b.p, b.floor) - b.level) ** 2,
          Hint("You compared the fidelity the prompts have before the extra rollout; the paper "
               "compares the fidelity each would have after it.")),
