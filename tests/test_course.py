@@ -1,9 +1,12 @@
-"""The course checks: a reference solution passes, a stub is "not done yet", a call of sera's own
-function is no solution, each typical mistake gets its own hint rather than a traceback, every
-message is printed once, and without answers=True no hint holds the expected values or the
-formula. The releases: the student one holds no solution and no worked answer (exercises and the
-study notebooks' review questions alike), the instructor one every one."""
+"""The course checks and the grading: a reference solution passes both, a stub is "not done yet"
+and gets no points, a call of sera's own function (under any name) is no solution, each typical
+mistake gets its own hint rather than a traceback and no points, every message is printed once,
+and no hint holds an expected value or a formula. The grader is each check cell's hidden region,
+run here on its own (nothing from the kernel but the student's function) as nbgrader runs it.
+The releases: the student one holds no solution, no hidden test and no worked answer (exercises
+and the study notebooks' review questions alike), the instructor one every one."""
 
+import functools
 import math
 import re
 import types
@@ -31,14 +34,37 @@ def stub(*args):
     raise NotImplementedError
 
 
+def _hidden(name: str) -> str:
+    """The hidden test region of the check cell for `name` in the exercise notebooks."""
+    for path in EXERCISES:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.metadata.get("nbgrader", {}).get("grade_id") == f"check-{name}":
+                return cell.source.split("### BEGIN HIDDEN TESTS\n")[1] \
+                    .split("### END HIDDEN TESTS")[0]
+    raise KeyError(name)
+
+
+def grade(name: str, fn) -> str:
+    """What the hidden grader of `name` says of fn, run with nothing but fn in its namespace: ""
+    for full points, else why it gives none (its failed assertion, or the error fn raised)."""
+    try:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            exec(_hidden(name), {name: fn})  # noqa: S102 - the course's own hidden test
+    except AssertionError as exc:
+        return str(exc) or "an assertion failed"
+    except Exception as exc:  # noqa: BLE001 - a student's error costs the cell's points
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
 @pytest.mark.parametrize("name", sorted(course.CHECKS))
 def test_reference_solutions_pass_and_stubs_are_not_done(name, capsys):
     feedback = course.CHECKS[name](getattr(solutions, name))
     assert feedback.passed and feedback.done, feedback.message
-    assert feedback.score(3) == 3.0
+    assert grade(name, getattr(solutions, name)) == ""
     feedback = course.CHECKS[name](stub)
     assert not feedback.done and "not done yet" in feedback.message
-    assert feedback.score(3) == 0.0
+    assert grade(name, stub).startswith("NotImplementedError")
     out = capsys.readouterr().out
     assert "Traceback" not in out and out.count("PASS ") == 1 and out.count("not done") == 1
 
@@ -47,12 +73,62 @@ def _aliased(p, n):
     return _K(p, n)  # `from sera.fidelity import kappa as _K` at the top of this file
 
 
-@pytest.mark.parametrize("name, package", [
-    ("kappa", sera.kappa), ("kappa", lambda p, n: sera.kappa(p, n)), ("pass_at_k", sera.pass_at_k),
-    ("multiplicity_weights", lambda c, n0: sera.multiplicity_weights(c, n0)), ("kappa", _aliased)])
+def _imported_inside(p, n):
+    from sera.fidelity import kappa as K
+    return K(p, n)
+
+
+def _through_importlib(n, c, k):
+    import importlib
+    return importlib.import_module("se" + "ra").pass_at_k(n, c, k)
+
+
+def _closure():
+    import sera as s
+    return lambda counts, n0: s.multiplicity_weights(counts, n0)
+
+
+# Every route to the package's own implementation found so far: the grade is 0 for each, with a
+# message that says why.
+BYPASSES = [
+    ("kappa", sera.kappa), ("kappa", lambda p, n: sera.kappa(p, n)), ("kappa", _aliased),
+    ("kappa", _imported_inside), ("kappa", functools.partial(sera.kappa)),
+    ("pass_at_k", sera.pass_at_k), ("pass_at_k", _through_importlib),
+    ("pass_at_k", np.vectorize(sera.pass_at_k)),
+    ("multiplicity_weights", lambda c, n0: sera.multiplicity_weights(c, n0)),
+    ("multiplicity_weights", _closure()),
+    ("two_prompt_waterline", lambda p1, p2, m, lo: sera.waterline([p1, p2], m, lo).counts),
+    ("rounding", lambda p, c, lv, m, hi: sera.allocate(p, m, 2, hi, rule="exact").counts),
+    ("centered_advantages", lambda r: sera.estimators.maxrl_advantages(r, sizes=[len(r)])),
+]
+
+
+@pytest.mark.parametrize("name, package", BYPASSES)
 def test_calling_sera_is_not_a_solution(name, package):
+    assert "runs sera's own code" in grade(name, package)
     feedback = course.CHECKS[name](package)
-    assert feedback.done and not feedback.passed and "sera's own" in feedback.message
+    assert feedback.done and not feedback.passed
+
+
+def test_the_grade_cannot_be_switched_on_from_the_kernel(monkeypatch):
+    # The routes that earned full marks before the grade moved into the hidden regions: patching
+    # the feedback, or switching the call watch off from inside the function.
+    passing = course.Feedback(True, True, "correct.")
+    for name in course.CHECKS:
+        monkeypatch.setattr(course, f"check_{name}", lambda fn: passing)
+        monkeypatch.setitem(course.CHECKS, name, lambda fn: passing)
+        assert grade(name, stub).startswith("NotImplementedError")
+
+    def unwatched(p, n):
+        import sys
+        sys.setprofile(None)
+        return sera.kappa(p, n)
+
+    assert "switched the grader's call watch off" in grade("kappa", unwatched)
+    # nothing in a hidden region reads the package or the feedback
+    for name in course.CHECKS:
+        hidden = _hidden(name)
+        assert "feedback" not in hidden and "sera." not in hidden and "import sera" not in hidden
 
 
 def _student(source: str):
@@ -146,105 +222,116 @@ def _weights(per_prompt):
     return weights
 
 
-# One row per answer: the check, the student's function (a lambda or a cell's source), the share
-# of the points it gets, and a fragment of the message it gets. A named mistake keeps half the
-# points, an answer the check can only call different none, a right one (to ~1e-6) all.
+# One row per answer: the check, the student's function (a lambda or a cell's source), what it is
+# (right to ~1e-6, a typical mistake the check names, or another answer the check can only call
+# different) and a fragment of the message it gets. The hidden grader gives the right ones full
+# points and every other one none.
 HINTS = [
-    ("kappa", lambda p, n: 1 - (1 - p) ** n, 0.5, "uncentered"),
-    ("kappa", lambda p, n: (1 - p) ** (n - 1), 0.5, "is lost"),
-    ("kappa", lambda p, n: 1 - p ** (n - 1), 0.5, "failure probability"),
-    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 2), 0.5, "Off by one"),
-    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 1) + 0.01, 0.0, "by hand"),
-    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 1), 0.5, "loses its digits"),
-    ("kappa", lambda p, n: -np.expm1((n - 1) * np.log1p(-p)) * (1 + 1e-7), 1.0, "correct"),
-    ("centered_advantages", lambda r: r / r.mean() if r.mean() else r * 0, 0.5, "uncentered"),
-    ("centered_advantages", lambda r: (r - r.mean()) / r.std() if r.std() else r * 0, 0.5,
+    ("kappa", lambda p, n: 1 - (1 - p) ** n, "named", "uncentered"),
+    ("kappa", lambda p, n: (1 - p) ** (n - 1), "named", "is lost"),
+    ("kappa", lambda p, n: 1 - p ** (n - 1), "named", "failure probability"),
+    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 2), "named", "Off by one"),
+    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 1) + 0.01, "other", "by hand"),
+    ("kappa", lambda p, n: 1 - (1 - p) ** (n - 1), "named", "loses its digits"),
+    ("kappa", lambda p, n: -np.expm1((n - 1) * np.log1p(-p)) * (1 + 1e-7), "right", "correct"),
+    ("centered_advantages", lambda r: r / r.mean() if r.mean() else r * 0, "named", "uncentered"),
+    ("centered_advantages", lambda r: (r - r.mean()) / r.std() if r.std() else r * 0, "named",
      "GRPO"),
-    ("centered_advantages", lambda r: (r - r.mean()) / r.std(), 0.5, "GRPO"),
-    ("centered_advantages", lambda r: (r - r.mean()) / (r.std() + 1e-6), 0.5, "GRPO"),
-    ("centered_advantages", lambda r: (r - r.mean()) / (r.std(ddof=1) + 1e-6), 0.5, "GRPO"),
-    ("centered_advantages", lambda r: r - r.mean(), 0.5, "left them unscaled"),
-    ("centered_advantages", lambda r: r / r.sum() - 1 / r.size if r.sum() else r * 0, 0.5,
+    ("centered_advantages", lambda r: (r - r.mean()) / r.std(), "named", "GRPO"),
+    ("centered_advantages", lambda r: (r - r.mean()) / (r.std() + 1e-6), "named", "GRPO"),
+    ("centered_advantages", lambda r: (r - r.mean()) / (r.std(ddof=1) + 1e-6), "named", "GRPO"),
+    ("centered_advantages", lambda r: r - r.mean(), "named", "left them unscaled"),
+    ("centered_advantages", lambda r: r / r.sum() - 1 / r.size if r.sum() else r * 0, "named",
      "number of successes"),
-    ("centered_advantages", lambda r: (r - r.mean()) / r.sum() if r.sum() else r * 0, 0.5,
+    ("centered_advantages", lambda r: (r - r.mean()) / r.sum() if r.sum() else r * 0, "named",
      "number of successes"),
-    ("centered_advantages", lambda r: r / r.sum() - 1 if r.sum() else r * 0, 0.5,
+    ("centered_advantages", lambda r: r / r.sum() - 1 if r.sum() else r * 0, "named",
      "number of successes"),
-    ("centered_advantages", lambda r: (r - r.mean()) / r.size, 0.5, "group's size"),
-    ("centered_advantages", lambda r: (r.mean() - r) / r.mean() if r.mean() else r * 0, 0.5,
+    ("centered_advantages", lambda r: (r - r.mean()) / r.size, "named", "group's size"),
+    ("centered_advantages", lambda r: (r.mean() - r) / r.mean() if r.mean() else r * 0, "named",
      "signs are flipped"),
-    ("centered_advantages", lambda r: (r - r.mean()) / r.mean(), 0.5, "mean 0"),
-    ("centered_advantages", lambda r: (r - r.mean()) / r.mean() if r.mean() else r + 1, 0.5,
+    ("centered_advantages", lambda r: (r - r.mean()) / r.mean(), "named", "mean 0"),
+    ("centered_advantages", lambda r: (r - r.mean()) / r.mean() if r.mean() else r + 1, "named",
      "carries no signal"),
-    ("centered_advantages", lambda r: 2 * r - 1, 0.0, "your advantages differ"),
-    ("centered_advantages", lambda r: r.mean(), 0.0, "one advantage per response"),
-    ("centered_advantages", lambda r: (r - r.mean()) / (r.mean() + 1e-8), 1.0, "correct"),
+    ("centered_advantages", lambda r: 2 * r - 1, "other", "your advantages differ"),
+    ("centered_advantages", lambda r: r.mean(), "other", "one advantage per response"),
+    ("centered_advantages", lambda r: (r - r.mean()) / (r.mean() + 1e-8), "right", "correct"),
     ("two_prompt_waterline", lambda p1, p2, m, lo: np.array(
         [1 + (m - 2) * (1 / p1) / (1 / p1 + 1 / p2), 1 + (m - 2) * (1 / p2) / (1 / p1 + 1 / p2)]),
-     0.5, "1/p"),
+     "named", "1/p"),
     ("two_prompt_waterline", lambda p1, p2, m, lo: solutions.two_prompt_waterline(p1, p2, m, 0),
-     0.5, "below N_min"),
-    ("two_prompt_waterline", lambda p1, p2, m, lo: np.array([m / 2, m / 2 + 1]), 0.5, "add up"),
+     "named", "below N_min"),
+    ("two_prompt_waterline", lambda p1, p2, m, lo: np.array([m / 2, m / 2 + 1]), "named", "add up"),
     ("two_prompt_waterline", lambda p1, p2, m, lo: _waterline_with(-np.log([p1, p2]), m, lo),
-     0.5, "chance of failing"),
-    ("rounding", solutions.rounding, 1.0, "below the exact integer max-min in 32."),
-    ("rounding", HEAP, 1.0, "correct"),
-    ("rounding", WATER_FILLING.format(start="np.full(p.size, 2)"), 1.0, "correct"),
-    ("rounding", WATER_FILLING.format(start="np.floor(continuous + 1e-9).astype(int)"), 0.5,
+     "named", "chance of failing"),
+    ("rounding", solutions.rounding, "right", "below the exact integer max-min in 32."),
+    ("rounding", HEAP, "right", "correct"),
+    ("rounding", WATER_FILLING.format(start="np.full(p.size, 2)"), "right", "correct"),
+    ("rounding", WATER_FILLING.format(start="np.floor(continuous + 1e-9).astype(int)"), "named",
      "started from the floors"),
-    ("rounding", _rounded(lambda p, f, lv: (_kappa_after(p, f) - lv) ** 2, guard=False), 0.5,
+    ("rounding", _rounded(lambda p, f, lv: (_kappa_after(p, f) - lv) ** 2, guard=False), "named",
      "N_max = 16 got one more"),
-    ("rounding", lambda p, c, lv, m, hi: np.floor(c), 0.5, "budget is"),
+    ("rounding", lambda p, c, lv, m, hi: np.floor(c), "named", "budget is"),
     ("rounding", lambda p, c, lv, m, hi: np.r_[np.floor(c[:-1]), m - np.floor(c[:-1]).sum()],
-     0.5, "rounded down or up"),
-    ("rounding", LARGEST_REMAINDERS, 0.5, "largest remainders"),
-    ("rounding", _rounded(lambda p, f, lv: (_kappa_now(p, f) - lv) ** 2), 0.5, "before"),
-    ("rounding", _rounded(lambda p, f, lv: -(_kappa_after(p, f) - lv) ** 2), 0.5, "farthest"),
-    ("rounding", _rounded(lambda p, f, lv: np.arange(p.size)), 0.0, "other prompts"),
-    ("rounding", lambda p, c, lv, m, hi: c, 0.0, "whole number"),
-    ("multiplicity_weights", lambda counts, n0: counts / n0, 0.5, "Upside down"),
-    ("multiplicity_weights", _weights(lambda c, n0: 1 / c), 0.5, "sum to 1"),
-    ("multiplicity_weights", lambda counts, n0: n0 / counts, 0.5, "weight 0"),
-    ("multiplicity_weights", _weights(lambda c, n0: c.mean() / c), 0.5, "mean count"),
+     "named", "rounded down or up"),
+    ("rounding", LARGEST_REMAINDERS, "named", "largest remainders"),
+    ("rounding", _rounded(lambda p, f, lv: (_kappa_now(p, f) - lv) ** 2), "named", "before"),
+    ("rounding", _rounded(lambda p, f, lv: -(_kappa_after(p, f) - lv) ** 2), "named", "farthest"),
+    ("rounding", _rounded(lambda p, f, lv: np.arange(p.size)), "other", "other prompts"),
+    ("rounding", lambda p, c, lv, m, hi: c, "other", "whole number"),
+    ("multiplicity_weights", lambda counts, n0: counts / n0, "named", "Upside down"),
+    ("multiplicity_weights", _weights(lambda c, n0: 1 / c), "named", "sum to 1"),
+    ("multiplicity_weights", lambda counts, n0: n0 / counts, "named", "weight 0"),
+    ("multiplicity_weights", _weights(lambda c, n0: c.mean() / c), "named", "mean count"),
     ("multiplicity_weights", lambda counts, n0: _weights(lambda c, _: counts.mean() / c)(
-        counts, n0), 0.5, "mean count"),
-    ("multiplicity_weights", _weights(lambda c, n0: (1 / c) / (1 / c).sum()), 0.5,
+        counts, n0), "named", "mean count"),
+    ("multiplicity_weights", _weights(lambda c, n0: (1 / c) / (1 / c).sum()), "named",
      "rest of the batch"),
-    ("multiplicity_weights", _weights(lambda c, n0: c.size * n0 / c / (n0 / c).sum()), 0.5,
+    ("multiplicity_weights", _weights(lambda c, n0: c.size * n0 / c / (n0 / c).sum()), "named",
      "rest of the batch"),
     ("multiplicity_weights", lambda counts, n0: np.where(counts > 0, n0 / np.maximum(counts, 1),
-                                                         n0), 0.5, "no responses to weigh"),
-    ("multiplicity_weights", _weights(lambda c, n0: n0 / c ** 2), 0.0, "total weight"),
-    ("multiplicity_weights", _weights(lambda c, n0: n0 / c * (1 + 1e-8)), 1.0, "correct"),
-    ("pass_at_k", lambda n, c, k: math.comb(n - c, k) / math.comb(n, k), 0.5,
+                                                         n0), "named", "no responses to weigh"),
+    ("multiplicity_weights", _weights(lambda c, n0: n0 / c ** 2), "other", "total weight"),
+    ("multiplicity_weights", _weights(lambda c, n0: n0 / c * (1 + 1e-8)), "right", "correct"),
+    ("pass_at_k", lambda n, c, k: math.comb(n - c, k) / math.comb(n, k), "named",
      "all K samples miss"),
-    ("pass_at_k", lambda n, c, k: 1 - (1 - c / n) ** k, 0.5, "biased"),
-    ("pass_at_k", lambda n, c, k: 1 - math.comb(c, k) / math.comb(n, k), 0.5,
+    ("pass_at_k", lambda n, c, k: 1 - (1 - c / n) ** k, "named", "biased"),
+    ("pass_at_k", lambda n, c, k: 1 - math.comb(c, k) / math.comb(n, k), "named",
      "subtracted the chance that all K samples are correct"),
-    ("pass_at_k", lambda n, c, k: math.comb(c, k) / math.comb(n, k), 0.5, "at least one"),
-    ("pass_at_k", lambda n, c, k: c / n, 0.5, "does not change with K"),
-    ("pass_at_k", lambda n, c, k: 1 - math.comb(n - c, k - 1) / math.comb(n, k - 1), 0.0,
+    ("pass_at_k", lambda n, c, k: math.comb(c, k) / math.comb(n, k), "named", "at least one"),
+    ("pass_at_k", lambda n, c, k: c / n, "named", "does not change with K"),
+    ("pass_at_k", lambda n, c, k: 1 - math.comb(n - c, k - 1) / math.comb(n, k - 1), "other",
      "is off"),
-    ("pass_at_k", PRODUCT, 1.0, "correct"),
+    ("pass_at_k", PRODUCT, "right", "correct"),
 ]
 
 
-@pytest.mark.parametrize("name, student, credit, hint", HINTS,
+@pytest.mark.parametrize("name, student, kind, hint", HINTS,
                          ids=[f"{row[0]}: {row[3]}" for row in HINTS])
-def test_each_answer_gets_the_hint_for_what_it_is(name, student, credit, hint, capsys):
+def test_each_answer_gets_the_hint_for_what_it_is_and_the_grade(name, student, kind, hint,
+                                                                 capsys):
     fn = _student(student) if isinstance(student, str) else student
     with np.errstate(divide="ignore", invalid="ignore"):
         feedback = course.CHECKS[name](fn)
         out = capsys.readouterr().out
-        revealed = course.CHECKS[name](fn, answers=True)
     assert feedback.done and hint in feedback.message, feedback.message
-    assert feedback.passed == (credit == 1.0), feedback.message
-    assert feedback.score(2) == 2 * credit, feedback.message
+    assert feedback.passed == (kind == "right"), feedback.message
+    assert feedback.named == (kind == "named"), feedback.message
     assert "Traceback" not in out and out.count(feedback.message) == 1
-    # Graded mode: no expected values, no formula; answers=True adds them where there are any.
-    for secret in ("expected", "expm1", "log1p", "C(n-c", "1 - (1-p)^(N-1)", "0.36"):
+    # no expected values, no formula
+    for secret in ("expected", "xpected", "expm1", "log1p", "C(n-c", "1 - (1-p)^(N-1)", "0.36"):
         assert secret not in feedback.message, feedback.message
-    assert revealed.message.startswith(feedback.message)
+    # the hidden grader: full points for a right answer, none for any other
+    assert (grade(name, fn) == "") == (kind == "right"), grade(name, fn)
+
+
+def test_no_check_has_a_switch_or_docstring_that_gives_the_answer():
+    import inspect
+
+    for name, check in course.CHECKS.items():
+        assert list(inspect.signature(check).parameters) == ["fn"], name
+        for secret in ("expm1", "log1p", "(1-p)^", "/ mean", "n0 / N", "C(n-c", "closest to"):
+            assert secret not in (check.__doc__ or ""), (name, secret)
 
 
 def test_an_error_in_student_code_is_a_message():
@@ -272,12 +359,12 @@ def test_the_student_release_holds_no_solution(tmp_path):
     assert "course_solutions" not in student and "BEGIN SOLUTION" not in notebooks
     assert notebooks.count("raise NotImplementedError") == len(course.CHECKS)
     # Each check cell has a hidden test for grading (nbgrader's markers): instructor copy only.
-    assert "HIDDEN TESTS" not in notebooks and "feedback.score" not in notebooks
+    assert "HIDDEN TESTS" not in notebooks and "_watch" not in notebooks
     instructor_notebooks = "\n".join(p.read_text() for p in written["instructor"]
                                       if p.suffix == ".ipynb")
     assert instructor_notebooks.count("### BEGIN HIDDEN TESTS") == len(course.CHECKS)
     # The instructor release has every solution, the student one the same files otherwise.
-    instructor = "\n".join(path.read_text() for path in written["instructor"])
+    instructor = "\n".join(_text(path) for path in written["instructor"])
     assert all(body.strip().splitlines()[-1].strip() in instructor for body in bodies)
     assert [p.relative_to(tmp_path / "student") for p in written["student"]] == \
         [p.relative_to(tmp_path / "instructor") for p in written["instructor"]]
@@ -293,8 +380,9 @@ def test_each_release_gets_the_guide_its_reader_needs(tmp_path):
     for text in (student, instructor):
         assert "<!--" not in text and "Keeping the repository clean" not in text
         assert "## The path" in text and "## Glossary of the methods" in text
-    for hidden in ("answers=True", "instructor's copies", "nbgrader autograde", "JupyterHub"):
+    for hidden in ("instructor's copies", "nbgrader autograde", "JupyterHub"):
         assert hidden not in student and hidden in instructor, hidden
+    assert "answers=True" not in student + instructor
     assert "Your copies:" in student and "Your copies:" not in instructor
     parameters = "\n".join(p.read_text() for p in written["student"] if p.suffix == ".ipynb")
     assert "answers = False" not in parameters and "answers=answers" not in parameters
@@ -377,11 +465,9 @@ def test_the_student_release_holds_no_review_answer_and_the_instructor_one_each(
 
 
 @pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
-def test_every_graded_cell_ends_with_its_score(path):
-    # nbgrader gives full points to a test cell that runs without error unless its last output
-    # is a number (partial credit): each graded check cell must end with feedback.score(points).
-    import nbformat
-
+def test_every_graded_cell_grades_in_its_hidden_region(path):
+    # nbgrader gives a test cell its points when it runs without error and none when it raises:
+    # each check cell is locked, shows its check and ends with a hidden region that asserts.
     nb = nbformat.read(path, as_version=4)
     graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
               and c.cell_type == "code"]
@@ -390,9 +476,10 @@ def test_every_graded_cell_ends_with_its_score(path):
     for cell in graded:
         meta = cell.metadata["nbgrader"]
         assert meta["locked"] and not meta["solution"] and meta["points"] > 0
-        last = cell.source.strip().splitlines()[-2]  # the line before END HIDDEN TESTS
-        assert last.startswith(f"feedback.score({meta['points']})"), cell.source
-        assert cell.source.strip().endswith("### END HIDDEN TESTS")
+        visible, hidden = cell.source.split("### BEGIN HIDDEN TESTS\n")
+        assert visible.startswith("feedback = sera.teaching.course.check_"), cell.source
+        assert hidden.rstrip().endswith("### END HIDDEN TESTS") and "assert " in hidden
+        assert "import numpy as np" in hidden and "import math" in hidden  # its own modules
     ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "nbgrader" in c.metadata]
     assert len(ids) == len(set(ids))
 
@@ -406,8 +493,10 @@ def _without_markers(source: str) -> str:
 @pytest.mark.slow
 def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_path):
     # nbgrader itself: generate_assignment releases exercises 1, autograde scores filled-in
-    # copies. The solution gets every point, the stub none, a mistake the check names half of
-    # its cell's points with the hint in the graded output, an answer it cannot name none.
+    # copies. The solution gets every point; the stub, a named mistake (its hint in the graded
+    # output), an answer the check cannot name, a call of sera's own kappa under another name and
+    # a patched feedback none. An untouched check cell raises no checksum alarm; an edited one
+    # does, and is graded as released.
     import copy
 
     import nbformat
@@ -426,10 +515,18 @@ def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_
                                 "    r = np.asarray(rewards, dtype=float)\n"
                                 "    return (r - r.mean()) / (r.std() + 1e-6)"),  # GRPO: named
     }
+    patched = ("sera.teaching.course.Feedback.score = lambda self, points: float(points)\n"
+               "def kappa(p, n):\n    raise NotImplementedError")
     submissions = {"solution": dict(source), "stub": {},
                    "uncentered": {**source, "kappa": mistakes["kappa"]},
                    "grpo": {**source, "centered_advantages": mistakes["centered_advantages"]},
-                   "unnamed": {**source, "kappa": "def kappa(p, n):\n    return p"}}
+                   "unnamed": {**source, "kappa": "def kappa(p, n):\n    return p"},
+                   "aliased": {**source, "kappa": "def kappa(p, n):\n"
+                                                  "    from sera.fidelity import kappa as K\n"
+                                                  "    return K(p, n)"},
+                   "patched": {**source, "kappa": patched},
+                   "edited": {**source, "check-kappa": "feedback = None"}}
+    logs = {}
     for student, cells in submissions.items():
         nb = copy.deepcopy(released)
         for cell in nb.cells:
@@ -439,18 +536,26 @@ def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_
         folder = course / "submitted" / student / "ex1"
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / path.name)
-        release.nbgrader(course, "autograde", "ex1", "--student", student, "--create", "--force")
+        logs[student] = release.nbgrader(course, "autograde", "ex1", "--student", student,
+                                         "--create", "--force")
+    alarms = {s for s, log in logs.items() if "Attribute 'checksum'" in log}
+    assert alarms == {"edited"}, {s: logs[s][-600:] for s in alarms}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         scores = {s: {g.name: g.score for nb in gradebook.find_submission("ex1", s).notebooks
                       for g in nb.grades if g.name.startswith("check-")} for s in submissions}
     assert scores == {
         "solution": {"check-kappa": 2.0, "check-centered_advantages": 2.0},
         "stub": {"check-kappa": 0.0, "check-centered_advantages": 0.0},
-        "uncentered": {"check-kappa": 1.0, "check-centered_advantages": 2.0},
-        "grpo": {"check-kappa": 2.0, "check-centered_advantages": 1.0},
-        "unnamed": {"check-kappa": 0.0, "check-centered_advantages": 2.0}}
+        "uncentered": {"check-kappa": 0.0, "check-centered_advantages": 2.0},
+        "grpo": {"check-kappa": 2.0, "check-centered_advantages": 0.0},
+        "unnamed": {"check-kappa": 0.0, "check-centered_advantages": 2.0},
+        "aliased": {"check-kappa": 0.0, "check-centered_advantages": 2.0},
+        "patched": {"check-kappa": 0.0, "check-centered_advantages": 2.0},
+        "edited": {"check-kappa": 2.0, "check-centered_advantages": 2.0}}
     graded = (course / "autograded" / "uncentered" / "ex1" / path.name).read_text()
     assert "uncentered estimator's fidelity" in graded  # the hint, in the graded output
+    graded = (course / "autograded" / "aliased" / "ex1" / path.name).read_text()
+    assert "runs sera's own code" in graded  # why it got no points
     # A rebuild of the release (make course) over the collected course keeps every grade and
     # every collected and graded file.
     kept = sorted(p.relative_to(course) for p in course.rglob("*")
@@ -462,3 +567,21 @@ def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_
         again = {s: {g.name: g.score for nb in gradebook.find_submission("ex1", s).notebooks
                      for g in nb.grades if g.name.startswith("check-")} for s in submissions}
     assert again == scores
+
+
+def test_the_rounding_grader_accepts_the_packages_paper_and_exact_rules_on_its_batches():
+    # An independent oracle for the hidden grader: the package's own rules, computed before the
+    # grade on the batches the grader hands out, each pass; the floors alone fail.
+    asked = []
+
+    def record(p, continuous, level, budget, n_max):
+        asked.append((p.copy(), budget, n_max))
+        return solutions.rounding(p, continuous, level, budget, n_max)
+
+    assert grade("rounding", record) == "" and len(asked) >= 60
+    for rule in ("paper", "exact"):
+        answers = {(p.tobytes(), budget): sera.allocate(p, budget, 2, n_max, rule=rule).counts
+                   for p, budget, n_max in asked}
+        assert grade("rounding", lambda p, c, lv, m, hi: answers[p.tobytes(), m]) == "", rule
+    floors = grade("rounding", lambda p, c, lv, m, hi: np.floor(c + 1e-9).astype(int))
+    assert "budget" in floors, floors

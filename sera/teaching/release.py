@@ -52,7 +52,12 @@ def student_cell(cell):
 def solution_bodies(path: Path) -> list[str]:
     """The text between each pair of solution markers in a notebook (what a student must not
     see), for the tests."""
-    text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells) + "\n"
+    return solution_bodies_of("\n".join(c.source for c in nbformat.read(path, as_version=4).cells))
+
+
+def solution_bodies_of(text: str) -> list[str]:
+    """The text between each pair of solution or hidden-test markers in text."""
+    text += "\n"
     bodies = [m.group(0) for m in _SOLUTION.finditer(text)] + \
              [m.group(0) for m in _HIDDEN.finditer(text)]
     return ["\n".join(line for line in body.splitlines()[1:-1]) for body in bodies]
@@ -95,9 +100,9 @@ def generate_assignments(folders: dict[str, list[Path]], course: Path) -> dict[P
     return released
 
 
-def nbgrader(course: Path, *args: str) -> None:
-    """Run an nbgrader command in the course directory (RuntimeError with its output if it
-    fails); nbgrader runs alembic, which sits beside this interpreter."""
+def nbgrader(course: Path, *args: str) -> str:
+    """Run an nbgrader command in the course directory and return its output (RuntimeError with
+    it if the command fails); nbgrader runs alembic, which sits beside this interpreter."""
     import os
     import subprocess
 
@@ -108,6 +113,7 @@ def nbgrader(course: Path, *args: str) -> None:
     if done.returncode != 0:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout[-2000:]}"
                            f"{done.stderr[-2000:]}")
+    return done.stdout + done.stderr
 
 
 def release(output: Path, source: Path | None = None) -> dict[str, list[Path]]:
