@@ -384,6 +384,8 @@ def test_each_release_gets_the_guide_its_reader_needs(tmp_path):
         assert hidden not in student and hidden in instructor, hidden
     assert "answers=True" not in student + instructor
     assert "Your copies:" in student and "Your copies:" not in instructor
+    # the student release has no Makefile and no .venv: its guide names neither
+    assert not re.search(r"`make \w+|\.venv/", student), re.findall(r".*make \w+.*", student)
     parameters = "\n".join(p.read_text() for p in written["student"] if p.suffix == ".ipynb")
     assert "answers = False" not in parameters and "answers=answers" not in parameters
     with pytest.raises(ValueError, match="reader"):
@@ -585,3 +587,14 @@ def test_the_rounding_grader_accepts_the_packages_paper_and_exact_rules_on_its_b
         assert grade("rounding", lambda p, c, lv, m, hi: answers[p.tobytes(), m]) == "", rule
     floors = grade("rounding", lambda p, c, lv, m, hi: np.floor(c + 1e-9).astype(int))
     assert "budget" in floors, floors
+
+
+def test_a_released_notebook_writes_its_figures_inside_the_release(tmp_path):
+    written = release.release(tmp_path)
+    for kind, files in written.items():
+        for path in files:
+            if path.suffix != ".ipynb":
+                continue
+            sources = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
+            (folder,) = re.findall(r'^figures_dir = "(.*?)"', sources, re.M)
+            assert (path.parent / folder).resolve() == (tmp_path / kind / "figures").resolve()

@@ -94,10 +94,25 @@ def generate_assignments(folders: dict[str, list[Path]], course: Path) -> dict[P
             shutil.rmtree(course / kind / assignment, ignore_errors=True)
         (course / "source" / assignment).mkdir(parents=True)
         for path in paths:
-            shutil.copy(path, course / "source" / assignment / path.name)
+            _copy_with_release_paths(path, course / "source" / assignment / path.name)
         nbgrader(course, "generate_assignment", assignment, "--force")
         released.update({path: course / "release" / assignment / path.name for path in paths})
     return released
+
+
+# In the repository a notebook writes its figures to the repository's figures/ folder; in a
+# release, to the release's own figures/ folder (one level up from the exercises).
+_FIGURES_DIR = re.compile(r'^figures_dir = "(?:\.\./)+figures"', re.M)
+
+
+def _copy_with_release_paths(path: Path, dest: Path) -> None:
+    """Copy a notebook into a release, its figures_dir pointing inside the release."""
+    nb = nbformat.read(path, as_version=4)
+    inside = "../figures" if path.parent.name == "exercises" else "figures"
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = _FIGURES_DIR.sub(f'figures_dir = "{inside}"', cell.source)
+    nbformat.write(nb, dest)
 
 
 def nbgrader(course: Path, *args: str) -> str:
@@ -136,7 +151,7 @@ def release(output: Path, source: Path | None = None) -> dict[str, list[Path]]:
             if kind == "student":
                 shutil.copy(student[path], dest)  # as nbgrader wrote it: locks kept
             else:
-                shutil.copy(path, dest)
+                _copy_with_release_paths(path, dest)
                 strip(dest)
             files.append(dest)
         (target / "README.md").write_text(guide_for((source / "README.md").read_text(), kind))
