@@ -290,6 +290,13 @@ def test_site_without_runs_runs_the_quick_notebooks_and_shows_the_committed_figu
     assert len(pages) == len(NOTEBOOKS) + len(EXERCISES) + 3
     first = (tmp_path / "site" / "01_finite_rollout_fidelity.html").read_text()
     assert "data:image/png;base64" in first and runner.COMMITTED_NOTE[:40] not in first
+    # sympy's results as MathML, not raw TeX; no build-machine path (papermill's injected
+    # parameters are left out)
+    assert "displaystyle" not in first.replace('displaystyle="true"', "")
+    assert first.count('displaystyle="true"') >= 1
+    for page in pages:
+        text = page.read_text()
+        assert "/tmp/" not in text and str(ROOT) not in text, page.name
     for path in NOTEBOOKS:
         page = (tmp_path / "site" / f"{path.stem}.html").read_text()
         if path.name[:2] in runner.QUICK:

@@ -154,8 +154,31 @@ _REMOTE = re.compile(r"<script[^>]*\ssrc=\"https?://[^\"]*\"[^>]*>\s*</script>")
 _MATHJAX = re.compile(r"<!-- Load mathjax -->.*?<!-- End of mathjax configuration -->", re.S)
 
 
+def output_math(nb) -> int:
+    """Turn every LaTeX output of the code cells (sympy's results) into MathML now, in place, as
+    offline_math does for the markdown; a formula latex2mathml cannot read keeps its plain text.
+    Returns the number of formulas converted."""
+    from latex2mathml.converter import convert
+
+    converted = 0
+    for cell in nb.cells:
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            data = output.get("data", {})
+            if "text/latex" not in data:
+                continue
+            tex = data.pop("text/latex").strip().strip("$").strip()
+            try:
+                data["text/html"] = convert(tex, display="block")
+                converted += 1
+            except Exception:  # noqa: BLE001 - an unreadable formula keeps its plain text
+                pass
+    return converted
+
+
 def _page(exporter, nb) -> str:
-    """One self-contained page: formulas as MathML, no script from the network."""
+    """One self-contained page: formulas as MathML (the markdown's and the outputs'), no script
+    from the network."""
+    output_math(nb)
     formulas = offline_math(nb)
     body, _ = exporter.from_notebook_node(nb)
     body = _REMOTE.sub("", _MATHJAX.sub("", body))
@@ -241,8 +264,10 @@ def build_site(executed: Path | None = None, output: Path | None = None,
     (output / "exercises").mkdir(parents=True, exist_ok=True)
     exporter = HTMLExporter()
     # a prose check (the asserts behind a notebook's statements) shows its verdict, not its code
-    exporter.register_preprocessor(TagRemovePreprocessor(remove_input_tags={PROSE_CHECK}),
-                                   enabled=True)
+    # and papermill's injected parameters (the build machine's paths) are left out: the
+    # notebook's own parameters cell shows the values a reader would use
+    exporter.register_preprocessor(TagRemovePreprocessor(
+        remove_input_tags={PROSE_CHECK}, remove_cell_tags={"injected-parameters"}), enabled=True)
     pages = []
     with tempfile.TemporaryDirectory(prefix="sera-site-") as scratch:
         scratch = Path(scratch)
