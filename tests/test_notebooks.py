@@ -302,6 +302,12 @@ def test_site_without_runs_runs_the_quick_notebooks_and_shows_the_committed_figu
         if path.name[:2] in runner.QUICK:
             continue
         assert "built without running the notebook" in page, path.name
+        # the stored tables the prose quotes, read when the page was built
+        stored = [c for c in nbformat.read(path, as_version=4).cells
+                  if runner.STORED in c.metadata.get("tags", [])]
+        assert page.count("<table") >= sum("round(3)" in c.source for c in stored), path.name
+        if stored:
+            assert "<table" in page and "sera-rate" in page, path.name
         for name in runner.declared_figures(path):  # every figure it declares, as committed
             png = base64.b64encode((ROOT / "figures" / f"{name}.png").read_bytes()).decode()
             assert png[:200] in page, (path.name, name)

@@ -194,18 +194,49 @@ QUICK = ("01", "02", "03")
 """The study notebooks that run in seconds (no training, no simulation): the site executes them
 when they have no executed copy."""
 COMMITTED_NOTE = ("*This page was built without running the notebook, which trains or simulates "
-                  "for minutes: its figures are the committed ones in `figures/`, drawn from the "
-                  "stored runs, and the code cells show no other output. `make figures`, then "
-                  "`make site`, shows every output as it ran.*")
+                  "for minutes: its figures are the committed ones in `figures/`, its tables of "
+                  "stored runs were read when the page was built, and the other code cells show "
+                  "no output. `make figures`, then `make site`, shows every output as it ran.*")
 _SAVEFIG = re.compile(r"savefig\(\s*\w+\s*,\s*[\"']([^\"']+)[\"']")
 
 
-def with_committed_figures(path: Path, figures: Path):
-    """A study notebook as the site shows it without a run: each cell that saves a figure shows
-    the committed PNG of that name, and a note under the title says so."""
+STORED = "stored-result"
+"""The tag of a cell that only reads the stored runs (no training, no simulation): a page built
+without running its notebook still runs these cells, after the notebook's imports and
+parameters, so the tables its prose quotes are shown beside the figures."""
+
+
+def stored_outputs(path: Path, scratch: Path) -> dict[str, list]:
+    """Run a notebook's imports, parameters and stored-result cells alone (in seconds); return
+    cell id -> outputs of each stored-result cell. Raises RuntimeError as run_notebook does."""
     nb = nbformat.read(path, as_version=4)
+    tags = [cell.metadata.get("tags", []) for cell in nb.cells]
+    last_setup = next(i for i, t in enumerate(tags) if "parameters" in t)
+    nb.cells = [cell for i, (cell, t) in enumerate(zip(nb.cells, tags, strict=True))
+                if cell.cell_type == "code" and (i <= last_setup or STORED in t)]
+    if not any(STORED in cell.metadata.get("tags", []) for cell in nb.cells):
+        return {}
+    nb.metadata.pop("sera", None)  # it promises the whole notebook's figures
+    (scratch / "stored").mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, scratch / "stored" / path.name)
+    run_notebook(scratch / "stored" / path.name, "fast", figures=scratch / "figures",
+                 output=scratch / "ran")
+    ran = nbformat.read(scratch / "ran" / path.name, as_version=4)
+    return {cell.id: cell.outputs for cell in ran.cells
+            if STORED in cell.metadata.get("tags", [])}
+
+
+def with_committed_figures(path: Path, figures: Path, scratch: Path | None = None):
+    """A study notebook as the site shows it without a run: each cell that saves a figure shows
+    the committed PNG of that name, each stored-result cell its output (run now, when given a
+    scratch folder), and a note under the title says so."""
+    nb = nbformat.read(path, as_version=4)
+    stored = stored_outputs(path, scratch) if scratch is not None else {}
     for cell in nb.cells:
         if cell.cell_type != "code":
+            continue
+        if cell.id in stored:
+            cell.outputs = stored[cell.id]
             continue
         cell.outputs = [nbformat.from_dict({
             "output_type": "display_data", "metadata": {},
@@ -225,7 +256,7 @@ def _site_copy(path: Path, executed: Path, scratch: Path, figures: Path):
     if path.name[:2] in QUICK:
         run_notebook(path, "fast", figures=scratch / "figures", output=scratch)
         return executed_copy(path, scratch)
-    return with_committed_figures(path, figures)
+    return with_committed_figures(path, figures, scratch)
 
 
 def _executed_exercise(path: Path, scratch: Path):
