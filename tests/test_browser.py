@@ -289,6 +289,7 @@ def test_notebook_in_the_browser(lab, browser, name):
     explorers = page.locator(".sera-explorer")
     assert explorers.count() >= 1 and page.locator(".widget-slider").count() >= 2
     assert _tracebacks(page) == 0
+    _check_the_quiz(page)
     times, drags = [], []
     for index in range(explorers.count()):
         explorer = explorers.nth(index)
@@ -360,6 +361,17 @@ def test_exercise_in_the_browser(lab, browser, name):
         page.close()
 
 
+def _check_the_quiz(page) -> None:
+    """The self-check quiz: its answers start folded and one opens on a click."""
+    quiz = page.locator("details")
+    assert quiz.count() >= 2, "no self-check quiz on the page"
+    first = quiz.first
+    first.scroll_into_view_if_needed()
+    assert not first.evaluate("d => d.open")
+    first.locator("summary").click()
+    assert first.evaluate("d => d.open") and len(first.inner_text()) > 40
+
+
 def test_the_static_site_offline(browser, tmp_path):
     """The site opened from disk with every network request refused: each page loads, its
     formulas render as MathML with a size on screen, every image loads, no raw TeX shows."""
@@ -407,6 +419,8 @@ def test_the_static_site_offline(browser, tmp_path):
         assert "\\displaystyle" not in state["text"], path.name  # sympy's output as MathML
         assert "/tmp/" not in state["text"] and str(ROOT) not in state["text"], path.name
         assert state["sized"] == state["math"], path.name
+    page.goto(pages[0].as_uri())
+    _check_the_quiz(page)
     first = shown[f"{NOTEBOOKS[0]}.html"]
     assert first["math"] > 0 and first["images"] > 0, first  # the run notebook: formulas, figures
     assert "κ" in shown["NOTATION.html"]["text"]  # the notation page: plain Unicode symbols

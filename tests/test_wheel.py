@@ -114,6 +114,7 @@ def test_a_student_kernel_on_the_wheel_finds_the_runs_under_sera_home(wheel_env,
     python, folder = wheel_env
     shared = tmp_path / "srv" / "sera"
     (shared / "build" / "runs").mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     code = "import sera.runstore as r; print(r.RUNS_ROOT); print(r.STUDY_DIR)"
     done = subprocess.run([str(python), "-c", code], cwd=folder, capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(folder),

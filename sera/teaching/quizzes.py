@@ -1,0 +1,103 @@
+"""Self-check quizzes: a few multiple-choice questions per study notebook with an answer one
+click away, in a markdown cell above the notebook's summary. The questions live in
+notebooks/quizzes.toml; this module writes them into the notebooks.
+
+    python -m sera.teaching.quizzes          # write the quiz cells
+    python -m sera.teaching.quizzes --check  # exit 1 when a notebook's quiz is out of date
+
+The answer sits in an HTML <details> block, which JupyterLab, nbconvert's pages (the static
+site) and nbgrader's releases all show folded with no kernel and no script: the reader answers,
+then opens "Check". The quizzes are for self-study; the review questions after them are graded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+
+from sera.teaching.notebook_files import ROOT, notebooks
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+QUIZ_FILE = ROOT / "notebooks" / "quizzes.toml"
+TAG = "quiz"
+LETTERS = "abcd"
+
+
+def load(path: Path | None = None) -> list[dict]:
+    """The questions, each with notebook, question, choices, answer (a letter), why and an
+    optional check; ValueError for a question whose answer is not one of its choices."""
+    with open(path or QUIZ_FILE, "rb") as handle:
+        questions = tomllib.load(handle)["quiz"]
+    for q in questions:
+        letters = LETTERS[:len(q["choices"])]
+        if q["answer"] not in letters:
+            raise ValueError(f"notebook {q['notebook']}: answer {q['answer']!r} is not one of "
+                             f"{list(letters)} ({q['question'][:60]})")
+    return questions
+
+
+def cell_source(questions: list[dict]) -> str:
+    """The markdown of one notebook's quiz."""
+    parts = ["## Check yourself\n\nAnswer each question, then open *Check*. Nothing here is "
+             "graded."]
+    for number, q in enumerate(questions, 1):
+        choices = "\n".join(f"- ({letter}) {choice}"
+                            for letter, choice in zip(LETTERS, q["choices"], strict=False))
+        right = q["choices"][LETTERS.index(q["answer"])]
+        parts.append(f"**{number}.** {q['question']}\n\n{choices}\n\n<details><summary>Check"
+                     f"</summary>\n\n**({q['answer']}) {right}.** {q['why']}\n\n</details>")
+    return "\n\n".join(parts)
+
+
+def with_quiz(nb, questions: list[dict]) -> bool:
+    """Put the quiz cell just above the notebook's summary and review questions (replacing an
+    older one) in place; True when the notebook changed."""
+    old = [i for i, c in enumerate(nb.cells) if TAG in c.metadata.get("tags", [])]
+    source = cell_source(questions)
+    if len(old) == 1 and nb.cells[old[0]].source == source:
+        return False
+    nb.cells = [c for c in nb.cells if TAG not in c.metadata.get("tags", [])]
+    closing = next(i for i, c in enumerate(nb.cells)
+                   if c.cell_type == "markdown" and "## Review questions" in c.source)
+    cell = nbformat.v4.new_markdown_cell(source, metadata={"tags": [TAG]})
+    cell.id = f"quiz-{nb.cells[0].get('id', 'nb')[:8]}"
+    nb.cells.insert(closing, cell)
+    return True
+
+
+def write(check: bool = False, source: Path | None = None) -> list[Path]:
+    """Write (or with check=True only find) the study notebooks whose quiz is out of date."""
+    from sera.teaching.notebook_files import strip
+
+    questions = load()
+    stale = []
+    for path in notebooks(source or ROOT / "notebooks"):
+        nb = nbformat.read(path, as_version=4)
+        mine = [q for q in questions if q["notebook"] == path.name[:2]]
+        if mine and with_quiz(nb, mine):
+            stale.append(path)
+            if not check:
+                nbformat.write(nb, path)
+                strip(path)
+    return stale
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only report stale notebooks")
+    args = parser.parse_args(argv)
+    stale = write(check=args.check)
+    for path in stale:
+        print(f"{'out of date' if args.check else 'wrote'}: {path.name}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
