@@ -367,7 +367,8 @@ def test_the_student_release_holds_no_solution(tmp_path):
     instructor = "\n".join(_text(path) for path in written["instructor"])
     assert all(body.strip().splitlines()[-1].strip() in instructor for body in bodies)
     assert [p.relative_to(tmp_path / "student") for p in written["student"]] == \
-        [p.relative_to(tmp_path / "instructor") for p in written["instructor"]]
+        [p.relative_to(tmp_path / "instructor") for p in written["instructor"]
+         if p.name != "LECTURE_PLAN.md"]  # the instructor's own page
 
 
 def test_each_release_gets_the_guide_its_reader_needs(tmp_path):
@@ -424,7 +425,7 @@ def test_every_study_notebook_ends_with_an_answer_key_to_its_review_questions(pa
     questions = _numbered(closing.source.split("## Review questions", 1)[1])
     assert questions == list(range(1, len(questions) + 1)) and questions, questions
     assert release.student_cell(key).source == f"{ANSWER_KEY}\n\nYOUR ANSWER HERE"
-    (body,) = release.solution_bodies(path)
+    (body,) = release.solution_bodies_of(key.source)
     assert _numbered(body) == questions, path.name
     answers = re.split(r"^\d+\. ", body, flags=re.M)[1:]
     assert all(len(answer.strip()) > 80 for answer in answers), path.name
@@ -599,3 +600,37 @@ def test_a_released_notebook_writes_its_figures_inside_the_release(tmp_path):
             sources = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
             (folder,) = re.findall(r'^figures_dir = "(.*?)"', sources, re.M)
             assert (path.parent / folder).resolve() == (tmp_path / kind / "figures").resolve()
+
+
+@pytest.mark.parametrize("path", [p for p in STUDY if p.name[:2] >= "04"], ids=lambda p: p.stem)
+def test_04_to_08_end_with_an_open_ended_exercise_whose_rubric_only_the_instructor_sees(path):
+    cells = nbformat.read(path, as_version=4).cells
+    tagged = [i for i, c in enumerate(cells) if "open-ended" in c.metadata.get("tags", [])]
+    assert len(tagged) == 2, path.name
+    task, answer = (cells[i] for i in tagged)
+    assert task.source.startswith("## Open-ended exercise") and len(task.source.split()) > 40
+    assert answer.metadata["nbgrader"] == {
+        "grade": True, "solution": True, "locked": False, "points": 3,
+        "grade_id": f"open-ended-{path.name[:2]}", "schema_version": 3, "task": False}
+    (rubric,) = release.solution_bodies_of(answer.source)
+    assert rubric.startswith("**Rubric (3 points).**") and rubric.count("(1 point)") == 3
+    assert "### BEGIN SOLUTION" not in release.student_cell(answer).source
+    assert release.student_cell(answer).source.endswith("YOUR ANSWER HERE")
+    # it comes after the notebook's material, before the quiz and the review questions
+    quiz = next(i for i, c in enumerate(cells) if "quiz" in c.metadata.get("tags", []))
+    assert tagged == [quiz - 2, quiz - 1]
+
+
+def test_the_lecture_plan_names_sections_that_exist_and_only_the_instructor_gets_it(tmp_path):
+    plan = (ROOT / "notebooks" / "LECTURE_PLAN.md").read_text()
+    named = re.findall(r'(\d\d) › "([^"]+)"', plan)
+    assert len(named) >= 20
+    headings = {path.name[:2]: re.findall(r"^## (.*)$", "\n".join(
+        c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"),
+        re.M) for path in STUDY}
+    for number, heading in named:
+        assert heading in headings[number], (number, heading)
+    assert {number for number, _ in named} == set(headings)  # every notebook has its time
+    written = release.release(tmp_path)
+    assert (tmp_path / "instructor" / "LECTURE_PLAN.md") in written["instructor"]
+    assert not (tmp_path / "student" / "LECTURE_PLAN.md").exists()

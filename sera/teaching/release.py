@@ -155,9 +155,11 @@ def release(output: Path, source: Path | None = None) -> dict[str, list[Path]]:
                 strip(dest)
             files.append(dest)
         (target / "README.md").write_text(guide_for((source / "README.md").read_text(), kind))
-        for name in ("NOTATION.md", "KEY_EQUATIONS.md"):
+        pages = ["NOTATION.md", "KEY_EQUATIONS.md"] + (["LECTURE_PLAN.md"]
+                                                       if kind == "instructor" else [])
+        for name in pages:
             shutil.copy(source / name, target / name)
-        files += [target / name for name in ("README.md", "NOTATION.md", "KEY_EQUATIONS.md")]
+        files += [target / name for name in ("README.md", *pages)]
         written[kind] = files
     return written
 
