@@ -373,22 +373,42 @@ def _check_the_quiz(page) -> None:
 
 
 def test_the_static_site_offline(browser, tmp_path):
-    """The site opened from disk with every network request refused: each page loads, its
-    formulas render as MathML with a size on screen, every image loads, no raw TeX shows."""
+    """The site as a fresh clone builds it (no executed copies: 01-03 and the exercises run now,
+    04-08 show the committed figures and their stored tables), opened from disk with every network
+    request refused: each page loads, its formulas render as MathML with a size on screen, every
+    image loads, no raw TeX and no build-machine path shows."""
+    import base64
+
     import nbformat
 
     from sera.teaching import notebooks as runner
 
-    executed = tmp_path / "executed"
-    runner.run_notebook(ROOT / "notebooks" / f"{NOTEBOOKS[0]}.ipynb", "fast",
-                        figures=tmp_path / "figures", output=executed)
-    for path in runner.notebooks(ROOT / "notebooks"):
-        if not (executed / path.name).exists():  # the rest as if run: text and formulas only
-            nb = nbformat.read(path, as_version=4)
-            for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
-                cell.execution_count = i + 1
-            nbformat.write(nb, executed / path.name)
-    pages = runner.build_site(executed=executed, output=tmp_path / "site")
+    pages = runner.build_site(executed=tmp_path / "none", output=tmp_path / "site")
+    sources = runner.notebooks(ROOT / "notebooks")
+    exercises = runner.notebooks(ROOT / "notebooks" / "exercises")
+    assert len(pages) == len(sources) + len(exercises) + 3
+    for path in sources:
+        html = (tmp_path / "site" / f"{path.stem}.html").read_text()
+        if path.name[:2] in runner.QUICK:
+            assert "data:image/png;base64" in html and runner.COMMITTED_NOTE[:40] not in html
+            continue
+        assert "built without running the notebook" in html, path.name
+        # the stored tables the prose quotes, read when the page was built
+        stored = [c for c in nbformat.read(path, as_version=4).cells
+                  if runner.STORED in c.metadata.get("tags", [])]
+        assert html.count("<table") >= sum("round(3)" in c.source for c in stored), path.name
+        if stored:
+            assert "<table" in html and "sera-rate" in html, path.name
+        for name in runner.declared_figures(path):  # every figure it declares, as committed
+            png = base64.b64encode((ROOT / "figures" / f"{name}.png").read_bytes()).decode()
+            assert png[:200] in html, (path.name, name)
+    first = (tmp_path / "site" / f"{sources[0].stem}.html").read_text()
+    assert first.count('displaystyle="true"') >= 1  # sympy's results as MathML, not raw TeX
+    exercise = (tmp_path / "site" / "exercises" / f"{exercises[0].stem}.html").read_text()
+    assert "not done yet" in exercise and "BEGIN SOLUTION" not in exercise
+    stored_pages = {f"{p.stem}.html" for p in sources if any(
+        runner.STORED in c.metadata.get("tags", []) for c in nbformat.read(p, as_version=4).cells)}
+    assert len(stored_pages) >= 3, stored_pages
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     refused = []
 
@@ -411,6 +431,7 @@ def test_the_static_site_offline(browser, tmp_path):
             const r = m.getBoundingClientRect();
             return m.checkVisibility() && r.width > 0 && r.height > 0; }).length,
           images: [...document.images].length,
+          tables: [...document.querySelectorAll('table')].filter(t => t.checkVisibility()).length,
           broken: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).length,
         })""")
         shown[path.name] = state
@@ -419,6 +440,8 @@ def test_the_static_site_offline(browser, tmp_path):
         assert "\\displaystyle" not in state["text"], path.name  # sympy's output as MathML
         assert "/tmp/" not in state["text"] and str(ROOT) not in state["text"], path.name
         assert state["sized"] == state["math"], path.name
+        if path.name in stored_pages:  # the stored tables on screen, beside the figures
+            assert state["tables"] > 0 and state["images"] > 0, (path.name, state)
     page.goto(pages[0].as_uri())
     _check_the_quiz(page)
     first = shown[f"{NOTEBOOKS[0]}.html"]
