@@ -79,8 +79,10 @@ def run(seeds: int = SEEDS, progress: bool = True) -> int:
 
 def compare() -> pd.DataFrame:
     """Each arm's gain over MaxRL in points of held-out Pass@K (mean of per-seed paired
-    differences, Student-t interval over seeds) beside the stored prediction, and a verdict:
-    ahead or behind where the interval excludes zero, else level."""
+    differences, Student-t interval over seeds) beside the stored prediction, and the results
+    page's verdict (sera.studies.report.verdict)."""
+    from sera.studies.report import verdict
+
     final = pd.read_csv(FOLDER / "final.csv.gz")
     prediction = pd.read_csv(FOLDER / "prediction.csv").set_index(["arm", "k"])
     rows = []
@@ -88,12 +90,13 @@ def compare() -> pd.DataFrame:
         gains = paired_gain(final, arm, "maxrl", ks=KS)
         for _, g in gains.iterrows():
             predicted = prediction.loc[(arm, int(g["k"]))]
-            verdict = "ahead" if g["low"] > 0 else "behind" if g["high"] < 0 else "level"
             rows.append({"arm": arm, "k": int(g["k"]), "seeds": int(g["seeds"]),
                          "gain": 100 * g["gain"], "low": 100 * g["low"],
                          "high": 100 * g["high"], "predicted": 100 * predicted["gain"],
                          "predicted low": 100 * predicted["low"],
-                         "predicted high": 100 * predicted["high"], "verdict": verdict})
+                         "predicted high": 100 * predicted["high"],
+                         "verdict": verdict(g["gain"], g["low"], g["high"],
+                                            predicted["gain"])})
     return pd.DataFrame(rows)
 
 
