@@ -196,7 +196,7 @@ class Run:
         """How far the historical estimates sit from the exact p, against the ideal history-only
         estimate (the exact p at the prompt's previous visit)."""
         if self.method.estimates == "history" and allocation is not None \
-                and allocation.method != "uniform":
+                and allocation.rule != "uniform":
             _log_agreement(self, "history", allocation.p, exact)
         previous = self.last_exact[ids]
         seen = ~np.isnan(previous)
