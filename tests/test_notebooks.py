@@ -447,3 +447,12 @@ def test_prose_checks_are_collapsed_out_of_the_readers_way(path):
         if tagged:
             assert cell.metadata["jupyter"] == {"source_hidden": True}, (path.name, i)
     assert not runner.strip(path)  # stored as it is: strip keeps the collapse
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_study_notebook_reads_in_at_most_3000_words_of_markdown(path):
+    # prose that retells the stored tables grows with every run; the tables and
+    # docs/results.md carry the numbers, the text what they mean
+    nb = nbformat.read(path, as_version=4)
+    words = sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
+    assert words <= 3000, (path.name, words)

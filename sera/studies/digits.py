@@ -100,16 +100,6 @@ def compare() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def levels() -> pd.DataFrame:
-    """Each method's held-out Pass@K in points, mean over seeds."""
-    from sera.results import per_prompt_pass
-
-    final = pd.read_csv(FOLDER / "final.csv.gz")
-    rows = [{"method": method, "k": k, "pass": 100 * per_prompt_pass(part, k).mean()}
-            for method, part in final.groupby("method") for k in KS]
-    return pd.DataFrame(rows).pivot(index="method", columns="k", values="pass")
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sera.studies.digits", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
