@@ -528,6 +528,13 @@ def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_
                                                   "    from sera.fidelity import kappa as K\n"
                                                   "    return K(p, n)"},
                    "patched": {**source, "kappa": patched},
+                   # a library function the hidden test compares with, rebound: a stub passes
+                   # the in-kernel checks, so the scan before the run has to catch it
+                   "rebound": {**source, "kappa": "import math\nmath.isclose = lambda *a, **k: "
+                                                  "True\ndef kappa(p, n):\n    return 0.0"},
+                   # a builtin the hidden test loops with, shadowed: no case is ever compared
+                   "shadowed": {**source, "kappa": "zip = lambda *a, **k: iter(())\n"
+                                                   "def kappa(p, n):\n    return 0.0"},
                    "edited": {**source, "check-kappa": "feedback = None"}}
     for student, cells in submissions.items():
         nb = copy.deepcopy(released)
@@ -555,12 +562,18 @@ def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_
         "grpo": {"check-kappa": 2.0, "check-centered_advantages": 0.0},
         "unnamed": {"check-kappa": 0.0, "check-centered_advantages": 2.0},
         "aliased": {"check-kappa": 0.0, "check-centered_advantages": 2.0},
-        "patched": {"check-kappa": 0.0, "check-centered_advantages": 2.0},
+        "patched": {"check-kappa": 0.0, "check-centered_advantages": 0.0},  # rebinds Feedback.score
+        "rebound": {"check-kappa": 0.0, "check-centered_advantages": 0.0},
+        "shadowed": {"check-kappa": 0.0, "check-centered_advantages": 0.0},
         "edited": {"check-kappa": 2.0, "check-centered_advantages": 2.0}}
     graded = (course / "autograded" / "uncentered" / "ex1" / path.name).read_text()
     assert "uncentered estimator's fidelity" in graded  # the hint, in the graded output
     graded = (course / "autograded" / "aliased" / "ex1" / path.name).read_text()
     assert "runs sera's own code" in graded  # why it got no points
+    graded = (course / "autograded" / "rebound" / "ex1" / path.name).read_text()
+    assert "rebinds math.isclose" in graded
+    graded = (course / "autograded" / "shadowed" / "ex1" / path.name).read_text()
+    assert "shadows the builtin zip" in graded
     # A rebuild of the release (make course) over the collected course keeps every grade and
     # every collected and graded file.
     kept = sorted(p.relative_to(course) for p in course.rglob("*")
@@ -636,3 +649,46 @@ def test_the_lecture_plan_names_sections_that_exist_and_only_the_instructor_gets
     written = release.release(tmp_path)
     assert (tmp_path / "instructor" / "LECTURE_PLAN.md") in written["instructor"]
     assert not (tmp_path / "student" / "LECTURE_PLAN.md").exists()
+
+
+TAMPERING = [  # a student cell's source, and what the scan before the run must name
+    ("import math\nmath.isclose = lambda *a, **k: True", "rebinds math.isclose"),
+    ("m = np\nm.allclose = lambda *a, **k: True", "rebinds m.allclose"),
+    ("np.testing.assert_allclose = print", "rebinds np.testing.assert_allclose"),
+    ("zip = lambda *a: iter(())", "shadows the builtin zip"),
+    ("def float(x):\n    return 1.0", "shadows the builtin float"),
+    ("for any in [all]:\n    pass", "shadows the builtin any"),
+    ("import numpy as isinstance", "shadows the builtin isinstance"),
+    ("setattr(math, 'isclose', max)", "calls setattr"),
+    ("exec('math.isclose = max')", "calls exec"),
+    ("globals()['zip'] = None", "calls globals"),
+    ("getattr(__import__('ma' + 'th'), 'pi')", "calls __import__"),
+    ("import builtins\nbuiltins.abs = round", "imports builtins"),
+    ("from importlib import import_module", "imports from importlib"),
+    ("import sys\nsys.modules['math'] = np", "rebinds sys.modules['math']"),
+    ("__builtins__.len = max", "reaches __builtins__"),
+    ("kappa.__code__ = (lambda p, n: 0).__code__", "reaches kappa.__code__"),
+]
+
+
+@pytest.mark.parametrize("source, named", TAMPERING)
+def test_the_scan_before_grading_names_each_way_to_change_the_tests_tools(source, named):
+    from sera.teaching.autograde import tampering
+
+    assert any(named in line for line in tampering(source)), tampering(source)
+
+
+def test_the_scan_passes_every_solution_and_every_cell_a_student_may_edit():
+    # no false alarm: the instructor's solutions and every unlocked cell as released
+    from nbgrader import utils
+
+    from sera.teaching.autograde import tampering
+
+    for path in EXERCISES:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and not utils.is_locked(cell):
+                assert tampering(cell.source) == [], (path.name, cell.source)
+                assert tampering(_without_markers(cell.source)) == [], path.name
+    ordinary = ("def f(c, order):\n    c = c.copy()\n    c[np.argsort(order)[:2]] += 1\n"
+                "    return c\n\nvalues = [f(np.zeros(3), np.arange(3))]\ntotal = sum(values)")
+    assert tampering(ordinary) == []
