@@ -14,6 +14,8 @@ notebooks/05_maze_navigation.ipynb.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -312,3 +314,23 @@ def _agreement(estimate, exact) -> tuple[float, float]:
     if estimate.size < 2 or np.std(estimate) == 0 or np.std(exact) == 0:
         return mae, np.nan
     return mae, float(np.corrcoef(estimate, exact)[0, 1])
+
+
+def verdict(gain: float, low: float, high: float, predicted: float = math.nan) -> str:
+    """What an interval over seeds says, and what it says of a numeric prediction.
+
+    ahead / behind: the interval excludes zero. An interval that holds zero either refutes the
+    prediction (it lies outside the interval: "level, not as predicted") or can neither confirm
+    nor refute it ("inconclusive"); without a numeric prediction it is "interval holds zero".
+    """
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "no interval"
+    inside = math.isfinite(predicted) and low <= predicted <= high
+    if low > 0 or high < 0:
+        side = "ahead" if low > 0 else "behind"
+        if not math.isfinite(predicted):
+            return side
+        return f"{side}, {'as predicted' if inside else 'not as predicted'}"
+    if not math.isfinite(predicted):
+        return "interval holds zero"
+    return "inconclusive" if inside else "level, not as predicted"

@@ -1,6 +1,7 @@
 """The digits check of the regime map: a prediction stored before the runs, and gains over MaxRL
 that recompute from the stored final tables by an independent route."""
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -86,3 +87,14 @@ def test_the_stored_prediction_recomputes_to_the_same_values():
     again = digits.predict(processes=1)
     pd.testing.assert_frame_equal(again.reset_index(drop=True), stored, check_dtype=False,
                                   rtol=1e-9, atol=1e-12)
+
+
+def test_the_page_names_the_instruction_set_each_arm_trained_on():
+    summary = json.loads((digits.FOLDER / "provenance.json").read_text())
+    kinds = {}
+    for run in summary["runs"]:
+        first = run["provenance"][0]
+        assert first["cpu_capability"], run["run"]  # recorded when the run started
+        kinds.setdefault(run["config"]["method"], set()).add(first["cpu_capability"])
+    assert digits.machines() == {m: "+".join(sorted(k)) for m, k in kinds.items()}
+    assert set(kinds) == {"maxrl", *digits.ARMS}

@@ -23,7 +23,7 @@ import sys
 import pandas as pd
 
 from sera import runstore
-from sera.results import paired_gain
+from sera.results import paired_gain, verdict
 
 NAME = "digits-n0-16"
 FOLDER = runstore.STUDY_DIR / NAME
@@ -80,9 +80,7 @@ def run(seeds: int = SEEDS, progress: bool = True) -> int:
 def compare() -> pd.DataFrame:
     """Each arm's gain over MaxRL in points of held-out Pass@K (mean of per-seed paired
     differences, Student-t interval over seeds) beside the stored prediction, and the results
-    page's verdict (sera.studies.report.verdict)."""
-    from sera.studies.report import verdict
-
+    page's verdict (sera.results.verdict)."""
     final = pd.read_csv(FOLDER / "final.csv.gz")
     prediction = pd.read_csv(FOLDER / "prediction.csv").set_index(["arm", "k"])
     rows = []
@@ -98,6 +96,15 @@ def compare() -> pd.DataFrame:
                          "verdict": verdict(g["gain"], g["low"], g["high"],
                                             predicted["gain"])})
     return pd.DataFrame(rows)
+
+
+def machines() -> dict[str, str]:
+    """Per method, the instruction sets (torch's cpu_capability) its stored runs trained on."""
+    found: dict[str, set] = {}
+    for run in runstore.stored_summary(FOLDER).get("runs", []):
+        kinds = {r["cpu_capability"] for r in run["provenance"] if "cpu_capability" in r}
+        found.setdefault(run["config"]["method"], set()).update(kinds or {"unknown"})
+    return {method: "+".join(sorted(kinds)) for method, kinds in found.items()}
 
 
 def main(argv=None) -> int:

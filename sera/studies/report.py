@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from sera import runstore
-from sera.results import paired_gain, per_prompt_pass
-from sera.studies import confirm
+from sera.results import paired_gain, per_prompt_pass, verdict
+from sera.studies import confirm, digits
 
 MIN_SEEDS = 6
 """Fewer paired seeds than this: the per-seed differences are shown and no verdict is given."""
@@ -29,26 +29,6 @@ README_ARMS = ("sera", "sera lr-half", "sera-rate")
 """The arms of the README's short table: the paper's method, it at half the step, the variant."""
 README_START = "<!-- results table: python -m sera.studies.report -->"
 README_END = "<!-- end of results table -->"
-
-
-def verdict(gain: float, low: float, high: float, predicted: float = math.nan) -> str:
-    """What an interval over seeds says, and what it says of a numeric prediction.
-
-    ahead / behind: the interval excludes zero. An interval that holds zero either refutes the
-    prediction (it lies outside the interval: "level, not as predicted") or can neither confirm
-    nor refute it ("inconclusive"); without a numeric prediction it is "interval holds zero".
-    """
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "no interval"
-    inside = math.isfinite(predicted) and low <= predicted <= high
-    if low > 0 or high < 0:
-        side = "ahead" if low > 0 else "behind"
-        if not math.isfinite(predicted):
-            return side
-        return f"{side}, {'as predicted' if inside else 'not as predicted'}"
-    if not math.isfinite(predicted):
-        return "interval holds zero"
-    return "inconclusive" if inside else "level, not as predicted"
 
 
 def machines(name: str) -> dict[str, str]:
@@ -217,7 +197,33 @@ def page() -> str:
         parts.append(f"## {name}\n\n{point.task}, N0 = {point.config.n0}, "
                      f"{point.config.steps} steps; MaxRL's level: {level}.\n\n"
                      f"{page_table(name)}\n")
-    return "\n".join(parts)
+    parts.append(digits_section())
+    return "\n".join(part for part in parts if part)
+
+
+def digits_section() -> str:
+    """The regime map's digits check (sera.studies.digits) as a section of the page; "" before
+    its runs are stored."""
+    if not (digits.FOLDER / "final.csv.gz").exists():
+        return ""
+    table = digits.compare()
+    kinds = digits.machines()
+    final = pd.read_csv(digits.FOLDER / "final.csv.gz")
+    mine = final[final["method"] == "maxrl"]
+    level = ", ".join(f"Pass@{k} {100 * per_prompt_pass(mine, k).mean():.1f}" for k in digits.KS)
+    same = {arm: kinds.get(arm, "unknown") if kinds.get(arm) == kinds.get("maxrl")
+            else f"{kinds.get(arm, 'unknown')} (against {kinds.get('maxrl', 'unknown')})"
+            for arm in digits.ARMS}
+    shown = pd.DataFrame({
+        "arm": table["arm"], "against": "maxrl", "K": table["k"], "seeds": table["seeds"],
+        "gain [95% interval]": [f"{r.gain:+.1f} [{r.low:+.1f}, {r.high:+.1f}]"
+                                for r in table.itertuples()],
+        "predicted": [f"{p:+.1f}" for p in table["predicted"]], "verdict": table["verdict"],
+        "instruction set": [same[a] for a in table["arm"]]})
+    return (f"## {digits.NAME}\n\nThe regime map's digits profile on real runs "
+            f"(`python -m sera.studies.digits`): digits, N0 = 16, 300 steps, held-out Pass@K exact "
+            f"(each image's p); MaxRL's level: {level}.\n\n"
+            f"{shown.to_markdown(index=False, disable_numparse=True)}\n")
 
 
 def with_readme_table(readme: str, table: str) -> str:
