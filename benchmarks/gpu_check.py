@@ -69,6 +69,12 @@ def environment() -> dict:
     for name in ("trl", "datasets", "torchvision", "accelerate"):
         with contextlib.suppress(ImportError):
             versions[name] = __import__(name).__version__
+    if torch.cuda.is_available():  # the CUDA runtime torch was built with, and the driver
+        versions["cuda"] = torch.version.cuda
+        with contextlib.suppress(Exception):
+            versions["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, check=True, timeout=30).stdout.split()[0]
     return {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
             "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),

@@ -345,8 +345,15 @@ def test_a_feedback_is_shown_once_in_a_notebook():
     assert not hasattr(course.Feedback, "_repr_markdown_")
 
 
-def test_the_student_release_holds_no_solution(tmp_path):
-    written = release.release(tmp_path)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One build of both releases (make course), shared by the tests that only read it."""
+    root = tmp_path_factory.mktemp("course")
+    return root, release.release(root)
+
+
+def test_the_student_release_holds_no_solution(built):
+    root, written = built
     student = "\n".join(path.read_text() for path in written["student"])
     bodies = [body for path in EXERCISES for body in release.solution_bodies(path)]
     assert len(bodies) >= 6
@@ -366,17 +373,17 @@ def test_the_student_release_holds_no_solution(tmp_path):
     # The instructor release has every solution, the student one the same files otherwise.
     instructor = "\n".join(_text(path) for path in written["instructor"])
     assert all(body.strip().splitlines()[-1].strip() in instructor for body in bodies)
-    assert [p.relative_to(tmp_path / "student") for p in written["student"]] == \
-        [p.relative_to(tmp_path / "instructor") for p in written["instructor"]
+    assert [p.relative_to(root / "student") for p in written["student"]] == \
+        [p.relative_to(root / "instructor") for p in written["instructor"]
          if p.name != "LECTURE_PLAN.md"]  # the instructor's own page
 
 
-def test_each_release_gets_the_guide_its_reader_needs(tmp_path):
+def test_each_release_gets_the_guide_its_reader_needs(built):
     # the student guide has no recipe, no grading, no switch that reveals expected values and
     # no maintainer section, and says what the student's copies are; the instructor's has the
     # grading recipe and not the student's block
-    written = release.release(tmp_path)
-    student, instructor = ((tmp_path / kind / "README.md").read_text()
+    root, written = built
+    student, instructor = ((root / kind / "README.md").read_text()
                            for kind in ("student", "instructor"))
     for text in (student, instructor):
         assert "<!--" not in text and "Keeping the repository clean" not in text
@@ -442,8 +449,8 @@ def _text(path: Path) -> str:
     return path.read_text()
 
 
-def test_the_student_release_holds_no_review_answer_and_the_instructor_one_each(tmp_path):
-    written = release.release(tmp_path)
+def test_the_student_release_holds_no_review_answer_and_the_instructor_one_each(built):
+    root, written = built
     keyed = [path for path in STUDY if release.solution_bodies(path)]
     assert len(keyed) >= 7
     lines = [line.strip() for path in keyed for body in release.solution_bodies(path)
@@ -455,8 +462,8 @@ def test_the_student_release_holds_no_review_answer_and_the_instructor_one_each(
         assert line in instructor, line[:80]
     for path in keyed:
         source = nbformat.read(path, as_version=4).cells[-1]
-        given = nbformat.read(tmp_path / "student" / path.name, as_version=4).cells[-1]
-        kept = nbformat.read(tmp_path / "instructor" / path.name, as_version=4).cells[-1]
+        given = nbformat.read(root / "student" / path.name, as_version=4).cells[-1]
+        kept = nbformat.read(root / "instructor" / path.name, as_version=4).cells[-1]
         assert given.source == f"{ANSWER_KEY}\n\nYOUR ANSWER HERE", path.name
         assert kept.source == source.source, path.name
         # nbgrader finds the graded cell in both releases (the student's also carries the
@@ -606,15 +613,15 @@ def test_the_rounding_grader_accepts_the_packages_paper_and_exact_rules_on_its_b
     assert "budget" in floors, floors
 
 
-def test_a_released_notebook_writes_its_figures_inside_the_release(tmp_path):
-    written = release.release(tmp_path)
+def test_a_released_notebook_writes_its_figures_inside_the_release(built):
+    root, written = built
     for kind, files in written.items():
         for path in files:
             if path.suffix != ".ipynb":
                 continue
             sources = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
             (folder,) = re.findall(r'^figures_dir = "(.*?)"', sources, re.M)
-            assert (path.parent / folder).resolve() == (tmp_path / kind / "figures").resolve()
+            assert (path.parent / folder).resolve() == (root / kind / "figures").resolve()
 
 
 @pytest.mark.parametrize("path", [p for p in STUDY if p.name[:2] >= "04"], ids=lambda p: p.stem)
@@ -636,7 +643,7 @@ def test_04_to_08_end_with_an_open_ended_exercise_whose_rubric_only_the_instruct
     assert tagged == [quiz - 2, quiz - 1]
 
 
-def test_the_lecture_plan_names_sections_that_exist_and_only_the_instructor_gets_it(tmp_path):
+def test_the_lecture_plan_names_sections_that_exist_and_only_the_instructor_gets_it(built):
     plan = (ROOT / "notebooks" / "LECTURE_PLAN.md").read_text()
     named = re.findall(r'(\d\d) › "([^"]+)"', plan)
     assert len(named) >= 20
@@ -646,9 +653,9 @@ def test_the_lecture_plan_names_sections_that_exist_and_only_the_instructor_gets
     for number, heading in named:
         assert heading in headings[number], (number, heading)
     assert {number for number, _ in named} == set(headings)  # every notebook has its time
-    written = release.release(tmp_path)
-    assert (tmp_path / "instructor" / "LECTURE_PLAN.md") in written["instructor"]
-    assert not (tmp_path / "student" / "LECTURE_PLAN.md").exists()
+    root, written = built
+    assert (root / "instructor" / "LECTURE_PLAN.md") in written["instructor"]
+    assert not (root / "student" / "LECTURE_PLAN.md").exists()
 
 
 TAMPERING = [  # a student cell's source, and what the scan before the run must name
@@ -668,6 +675,10 @@ TAMPERING = [  # a student cell's source, and what the scan before the run must 
     ("import sys\nsys.modules['math'] = np", "rebinds sys.modules['math']"),
     ("__builtins__.len = max", "reaches __builtins__"),
     ("kappa.__code__ = (lambda p, n: 0).__code__", "reaches kappa.__code__"),
+    ("object.__setattr__(math, 'isclose', max)", "reaches object.__setattr__"),
+    ("vars(math).update(isclose=max)", "calls vars"),
+    ("math.__dict__['isclose'] = max", "reaches math.__dict__"),
+    ("def kappa(p, n):\n    m = math\n    m.isclose = max\n    return 0.0", "rebinds m.isclose"),
 ]
 
 

@@ -32,8 +32,10 @@ FORBIDDEN_CALLS = frozenset({"setattr", "delattr", "exec", "eval", "compile", "_
 """Calls that change or reach names indirectly; no exercise needs them."""
 FORBIDDEN_MODULES = frozenset({"builtins", "ctypes", "gc", "importlib", "inspect"})
 """Modules that reach the interpreter's own objects; no exercise imports them."""
-FORBIDDEN_NAMES = frozenset({"__builtins__", "__dict__", "__code__", "__globals__", "modules"})
-"""Names and attributes through which a library's functions can be swapped."""
+FORBIDDEN_NAMES = frozenset({"__builtins__", "modules"})
+"""Names and attributes through which a library's functions can be swapped (and any other
+double-underscore attribute but READABLE_DUNDERS: __dict__, __setattr__, __code__, ...)."""
+READABLE_DUNDERS = frozenset({"__name__", "__doc__"})
 _BUILTINS = frozenset(dir(builtins))
 
 
@@ -72,8 +74,9 @@ def tampering(source: str) -> list[str]:
     """What in a student's cell could change the hidden tests' own tools, one line each
     ("line 3: rebinds math.isclose"); [] for a cell that only defines and computes. Flags an
     attribute assigned or deleted on anything but a local variable of a function, a builtin's name
-    bound at the top of the cell, the calls of FORBIDDEN_CALLS, imports of FORBIDDEN_MODULES and
-    the names of FORBIDDEN_NAMES. A cell that does not parse is left to the kernel to report."""
+    bound at the top of the cell, the calls of FORBIDDEN_CALLS, imports of FORBIDDEN_MODULES,
+    the names of FORBIDDEN_NAMES and double-underscore attributes (READABLE_DUNDERS aside). A
+    cell that does not parse is left to the kernel to report."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -84,12 +87,12 @@ def tampering(source: str) -> list[str]:
         found.append(f"line {node.lineno}: {what}")
 
     top = {id(n) for n in ast.iter_child_nodes(tree)}
-    local = set()  # names assigned inside a function: its own objects
+    local = set()  # a function's arguments and the values it computes: its own objects
     for func in (n for n in ast.walk(tree)
                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))):
-        local |= {t.id for n in ast.walk(func) if isinstance(n, (ast.Assign, ast.AugAssign))
-                  for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-                  if isinstance(t, ast.Name)}
+        local |= {t.id for n in ast.walk(func) if isinstance(n, ast.Assign)
+                  and not isinstance(n.value, (ast.Name, ast.Attribute))  # not an alias
+                  for t in n.targets if isinstance(t, ast.Name)}
         local |= {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
     for node in ast.walk(tree):
         targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
@@ -115,7 +118,9 @@ def tampering(source: str) -> list[str]:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] \
                 in FORBIDDEN_MODULES:
             flag(node, f"imports from {node.module}")
-        if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES \
+        dunder = isinstance(node, ast.Attribute) and node.attr.startswith("__") \
+            and node.attr.endswith("__") and node.attr not in READABLE_DUNDERS
+        if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES or dunder \
                 or isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_NAMES:
             flag(node, f"reaches {ast.unparse(node)}")
     return list(dict.fromkeys(found))
