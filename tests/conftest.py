@@ -1,5 +1,7 @@
-"""Shared test settings: a fixed hypothesis profile so runs are reproducible."""
+"""Shared test settings: a fixed hypothesis profile so runs are reproducible, and one build of
+the course releases for the tests that only read it."""
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("sera", max_examples=150, deadline=None, derandomize=True,
@@ -19,3 +21,13 @@ def pytest_collection_modifyitems(config, items):
         return (not slow, rank)
 
     items.sort(key=key)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """One build of both releases (what `make course` writes), shared by the tests that only
+    read it: (folder, the files written per release)."""
+    from sera.teaching import release
+
+    root = tmp_path_factory.mktemp("course")
+    return root, release.release(root)

@@ -345,13 +345,6 @@ def test_a_feedback_is_shown_once_in_a_notebook():
     assert not hasattr(course.Feedback, "_repr_markdown_")
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """One build of both releases (make course), shared by the tests that only read it."""
-    root = tmp_path_factory.mktemp("course")
-    return root, release.release(root)
-
-
 def test_the_student_release_holds_no_solution(built):
     root, written = built
     student = "\n".join(path.read_text() for path in written["student"])

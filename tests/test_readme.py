@@ -60,14 +60,21 @@ def test_readme_quick_start_commands_are_ones_the_project_runs():
     assert commands - {""} <= RUN_BY_THE_PROJECT, commands - RUN_BY_THE_PROJECT
 
 
-def test_make_course_writes_both_releases(tmp_path):
+def test_make_course_writes_both_releases(built, monkeypatch, capsys):
+    # `make course` runs release.main, which builds with release.release: the build itself is
+    # the shared fixture (tests/conftest.py); here, that main builds where it is told and says so
     from sera.teaching import release
 
     makefile = (ROOT / "Makefile").read_text()
     assert "course: $(STAMP)\n\t$(BIN)/python -m sera.teaching.release build/course\n" in makefile
-    assert release.main([str(tmp_path)]) == 0
-    assert (tmp_path / "student" / "exercises" / "01_kappa_and_advantages.ipynb").exists()
-    assert (tmp_path / "instructor" / "exercises" / "01_kappa_and_advantages.ipynb").exists()
+    root, written = built
+    assert (root / "student" / "exercises" / "01_kappa_and_advantages.ipynb").exists()
+    assert (root / "instructor" / "exercises" / "01_kappa_and_advantages.ipynb").exists()
+    asked = []
+    monkeypatch.setattr(release, "release", lambda output: asked.append(output) or written)
+    assert release.main([str(root)]) == 0 and asked == [root]
+    out = capsys.readouterr().out
+    assert f"student: {len(written['student'])} files in {(root / 'student').resolve()}" in out
 
 
 def test_readme_cpu_torch_command_resolves_the_cpu_build():
