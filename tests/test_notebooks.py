@@ -5,6 +5,7 @@ import ast
 import base64
 import importlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -135,15 +136,28 @@ def test_strip_removes_what_jupyter_saves(tmp_path):
     assert path.read_text() == NOTEBOOKS[0].read_text()
 
 
-def _execute(path: Path, tmp_path: Path) -> executions.Execution:
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory) -> Path:
+    """One run store for every notebook this session executes, as `make figures` keeps one in
+    build/runs: a notebook reads back the runs and the warm-up another one trained with the same
+    settings (05 and 06 share their maze warm-up and two maze runs, 04 and 06 three digits runs)
+    instead of training them twice, and waits for one that the other is training. Under
+    pytest-xdist the workers' temporary folders sit side by side, so the store is their parent."""
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    (root / "notebook-runs").mkdir(exist_ok=True)
+    return root / "notebook-runs"
+
+
+def _execute(path: Path, tmp_path: Path, runs: Path) -> executions.Execution:
     """The notebook executed at the fast profile: the execution `make figures` recorded for
     exactly these sources and this environment, every model trained in it (see
-    sera.teaching.executions), else a run here that trains into tmp_path."""
+    sera.teaching.executions), else a run here that trains into the session's run store."""
     found = executions.reusable(path, "fast")
     if found is not None:
         return found
     parameters = nbformat.read(path, as_version=4).cells[2].source
-    extra = {"runs_dir": str(tmp_path / "runs")} if "runs_dir" in parameters else None
+    extra = {"runs_dir": str(runs / path.stem)} if "runs_dir" in parameters else None
     runner.run_notebook(path, "fast", figures=tmp_path / "figures", output=tmp_path / "out",
                         extra=extra)
     return executions.Execution(tmp_path / "out" / path.name, tmp_path / "figures")
@@ -151,10 +165,10 @@ def _execute(path: Path, tmp_path: Path) -> executions.Execution:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_and_writes_its_figures(path, tmp_path):
+def test_notebook_runs_and_writes_its_figures(path, tmp_path, shared_runs):
     declared = runner.declared_figures(path)
     assert declared, f"{path.name} declares no figures"
-    execution = _execute(path, tmp_path)
+    execution = _execute(path, tmp_path, shared_runs)
     for name in declared:
         for ext in ("png", "pdf"):
             written = execution.figures / f"{name}.{ext}"
