@@ -68,7 +68,8 @@ def run(seeds: int = SEEDS, progress: bool = True) -> int:
     if not (FOLDER / "prediction.csv").exists():
         raise RuntimeError(f"no {FOLDER / 'prediction.csv'}: write the prediction first "
                            "(python -m sera.studies.digits predict)")
-    classification.run_grid(base(), ["maxrl", *ARMS], [base().n0], list(range(seeds)), RUNS_DIR,
+    config = base()
+    classification.run_grid(config, ["maxrl", *ARMS], [config.n0], list(range(seeds)), RUNS_DIR,
                             progress=progress)
     done = sorted(f for f in RUNS_DIR.iterdir() if f.is_dir() and runstore.finished(f))
     return runstore.store_runs(

@@ -125,10 +125,9 @@ def _cell(row) -> str:
     return f"{100 * row.gain:+.1f} [{100 * row.low:+.1f}, {100 * row.high:+.1f}]"
 
 
-def _machine(row) -> str:
-    if row.machine == row.against_machine:
-        return row.machine
-    return f"{row.machine} (against {row.against_machine})"
+def _machine(machine: str, against: str) -> str:
+    """An arm's instruction set, and its baseline's where they differ."""
+    return machine if machine == against else f"{machine} (against {against})"
 
 
 def page_table(name: str) -> str:
@@ -138,7 +137,8 @@ def page_table(name: str) -> str:
         "arm": table["arm"], "against": table["against"], "K": table["k"],
         "seeds": table["seeds"], "gain [95% interval]": [_cell(r) for r in table.itertuples()],
         "predicted": [f"{100 * p:+.1f}" if math.isfinite(p) else "" for p in table["predicted"]],
-        "verdict": table["verdict"], "instruction set": [_machine(r) for r in table.itertuples()]})
+        "verdict": table["verdict"], "instruction set": [_machine(r.machine, r.against_machine)
+                                                   for r in table.itertuples()]})
     return shown.to_markdown(index=False, disable_numparse=True)
 
 
@@ -211,15 +211,14 @@ def digits_section() -> str:
     final = pd.read_csv(digits.FOLDER / "final.csv.gz")
     mine = final[final["method"] == "maxrl"]
     level = ", ".join(f"Pass@{k} {100 * per_prompt_pass(mine, k).mean():.1f}" for k in digits.KS)
-    same = {arm: kinds.get(arm, "unknown") if kinds.get(arm) == kinds.get("maxrl")
-            else f"{kinds.get(arm, 'unknown')} (against {kinds.get('maxrl', 'unknown')})"
-            for arm in digits.ARMS}
+    against = kinds.get("maxrl", "unknown")
+    machine = [_machine(kinds.get(arm, "unknown"), against) for arm in table["arm"]]
     shown = pd.DataFrame({
         "arm": table["arm"], "against": "maxrl", "K": table["k"], "seeds": table["seeds"],
         "gain [95% interval]": [f"{r.gain:+.1f} [{r.low:+.1f}, {r.high:+.1f}]"
                                 for r in table.itertuples()],
         "predicted": [f"{p:+.1f}" for p in table["predicted"]], "verdict": table["verdict"],
-        "instruction set": [same[a] for a in table["arm"]]})
+        "instruction set": machine})
     return (f"## {digits.NAME}\n\nThe regime map's digits profile on real runs "
             f"(`python -m sera.studies.digits`): digits, N0 = 16, 300 steps, held-out Pass@K exact "
             f"(each image's p); MaxRL's level: {level}.\n\n"

@@ -73,10 +73,11 @@ def _bound(node, targets) -> list[str]:
 def tampering(source: str) -> list[str]:
     """What in a student's cell could change the hidden tests' own tools, one line each
     ("line 3: rebinds math.isclose"); [] for a cell that only defines and computes. Flags an
-    attribute assigned or deleted on anything but a local variable of a function, a builtin's name
-    bound at the top of the cell, the calls of FORBIDDEN_CALLS, imports of FORBIDDEN_MODULES,
-    the names of FORBIDDEN_NAMES and double-underscore attributes (READABLE_DUNDERS aside). A
-    cell that does not parse is left to the kernel to report."""
+    attribute assigned or deleted on anything but a function's own objects (its arguments, and
+    names it assigns from a computed value rather than as an alias of a name or attribute), a
+    builtin's name bound at the top of the cell, the calls of FORBIDDEN_CALLS, imports of
+    FORBIDDEN_MODULES, the names of FORBIDDEN_NAMES and double-underscore attributes
+    (READABLE_DUNDERS aside). A cell that does not parse is left to the kernel to report."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
