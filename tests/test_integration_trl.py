@@ -436,10 +436,12 @@ def test_the_allocator_comes_from_sera_grpo_config_through_trls_parser(tmp_path)
 
 
 def test_the_plan_metrics_reach_trls_logs_under_the_keys_verl_uses(tmp_path):
-    from sera.integrations.planner import METRICS
+    from sera.integrations.planner import METRICS, TIMING_METRICS
 
     trainer = make_trainer(tmp_path / "out", steps=2)
     trainer.train()
     logged = [entry for entry in trainer.state.log_history if "sera/count_max" in entry]
     assert logged and set(METRICS) | {"sera/unscored"} <= set(logged[-1])
     assert logged[-1]["sera/count_max"] == trainer.sera_log[-1]["counts"].max()
+    # the second step's plan closes the first whole step: its planning time and share
+    assert set(TIMING_METRICS) <= set(logged[-1]) and 0 < logged[-1]["sera/planning_share"] < 1

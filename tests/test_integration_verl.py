@@ -35,6 +35,7 @@ import sera  # noqa: E402
 from sera.integrations import gsm8k  # noqa: E402
 from sera.integrations import verl as plugin  # noqa: E402
 from sera.integrations.planner import HISTORY_FILE, METRICS  # noqa: E402
+from sera.methods import U_MIN  # noqa: E402
 from sera.trainers.config import AllocatorConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,10 +206,22 @@ def test_per_prompt_counts_survive_verls_chunking_and_unpacking(tmp_path):
     assert counts.sum() == 4 * len(rows) and len(set(counts)) > 1 and not planner.last.fallback
     np.testing.assert_array_equal(
         counts, sera.allocate(planner.history.estimate(rows)[0], 4 * len(rows), n_min=2,
-                              n_max=32, n0=4).counts)
+                              n_max=32, n0=4, u_min=U_MIN).counts)
     seen = _unpacked_by_the_agent_loop(batch)
     expected = sorted(zip([100 + r for r in rows], counts.tolist(), strict=True))
     assert sorted((int(s["index"]), s["n"]) for s in seen) == expected
+
+
+@pytest.mark.parametrize("size, workers", [(7, 3), (8, 3), (16, 4), (5, 8), (1, 2), (33, 8)])
+def test_worker_loads_are_what_verls_chunking_hands_each_agent_loop_worker(size, workers):
+    from sera.integrations.planner import worker_loads
+
+    source = inspect.getsource(agent_loop_tq.AgentLoopManagerTQ.generate_sequences)
+    assert "prompts.chunk(len(self.agent_loop_workers))" in source
+    counts = torch.as_tensor(np.random.default_rng(size).integers(0, 9, size))
+    chunks = TensorDict({"n": counts}, batch_size=[size]).chunk(workers)
+    by_verl = [int(chunk["n"].sum()) for chunk in chunks] + [0] * (workers - len(chunks))
+    assert worker_loads(counts.numpy(), workers).tolist() == by_verl
 
 
 def test_training_rows_come_from_extra_info_index_and_bad_indices_are_refused(tmp_path):
@@ -349,6 +362,90 @@ def test_trainer_mode_plans_submits_records_and_checkpoints_on_fake_batches(tmp_
         again._load_checkpoint()
 
 
+def test_a_prompt_the_selection_leaves_out_goes_to_verl_with_count_0(tmp_path, monkeypatch):
+    """The paper's selection (u_min 0.05, the recipe's default) leaves prompts out of a batch.
+    Each still goes to verl, with __rollout_n__ = 0: verl's own AgentLoopWorkerTQ._run_prompt
+    starts no session for it and tags it finished, so verl's synchronous ReplayBuffer.sample
+    returns the batch at once with the kept prompts' responses only (left out of the batch
+    instead, the buffer would wait for it); the outcomes recorded, the next epoch plans every
+    row again."""
+    from collections import Counter
+
+    from verl.trainer.ppo.v1 import replay_buffer, trainer_base
+
+    trainer = _trainer(tmp_path, n_prompts=8, batch_size=8)
+    submitted = []
+    trainer.agent_loop_manager = type("Manager", (), {
+        "generate_sequences": staticmethod(lambda b: submitted.append(b)),
+        "agent_loop_workers": [None] * 3})()
+    monkeypatch.setattr(trainer_base.tq, "kv_batch_put", lambda **kwargs: None)
+    trainer.sera.history.record_groups(np.arange(8), [0, 0, 10, 20, 30, 40, 40, 40],
+                                       [400, 400, 40, 40, 40, 40, 40, 40])
+    trainer.sera.history.end_epoch()
+    batch = _verl_like_batch([100 + r for r in range(8)], 8)
+    trainer._submit_batch_to_rollout(batch)
+    counts = [int(n) for n in submitted[-1][plugin.COUNT_KEY]]
+    assert counts.count(0) == 5 and sum(counts) == 32  # rows 0, 1 (p-hat ~ 0) and 5-7 (~ 1)
+    uids = list(batch["uid"])
+
+    statuses, sessions = {}, []
+
+    async def put(key, partition_id, tag=None, **kwargs):
+        statuses[key] = tag["status"]
+
+    async def agent_loop(self, sampling_params, trajectory, trace, session_id, **prompt):
+        sessions.append(prompt["uid"])
+
+    cls = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__  # the class under ray.remote
+    monkeypatch.setattr(agent_loop_tq.tq, "async_kv_put", put)
+    monkeypatch.setattr(cls, "_run_agent_loop", agent_loop)
+    worker = cls.__new__(cls)
+    worker.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"n": 4}}})
+    for uid, n in zip(uids, counts, strict=True):
+        asyncio.run(worker._run_prompt({"uid": uid, plugin.COUNT_KEY: n}, {},
+                                       trajectory={"validate": False}))
+    assert statuses == dict.fromkeys(uids, "finished")
+    assert Counter(sessions) == {u: n for u, n in zip(uids, counts, strict=True) if n}
+
+    def listing(prompts):  # what TransferQueue lists: the prompts' tags and the responses'
+        responses = {f"{u}_{s}_0": {"global_steps": 1} for u, n in zip(uids, counts,
+                                                                        strict=True)
+                     for s in range(n)}
+        return {"train": {**{u: {"is_prompt": True, "status": "finished", "global_steps": 1}
+                             for u in prompts}, **responses}}
+
+    def waits(self, partition_id, last_debug_time):
+        raise TimeoutError("the replay buffer waits for more finished prompts")
+
+    monkeypatch.setattr(replay_buffer.tq, "kv_clear", lambda **kwargs: None)
+    monkeypatch.setattr(replay_buffer.ReplayBuffer, "_wait_for_next_poll", waits)
+    buffer = replay_buffer.ReplayBuffer("sync", OmegaConf.create({}), None, "drop",
+                                        OmegaConf.create({}), train_batch_size=8,
+                                        gen_batch_size=8)
+    kept = [u for u, n in zip(uids, counts, strict=True) if n]
+    monkeypatch.setattr(replay_buffer.tq, "kv_list", lambda: listing(kept))
+    with pytest.raises(TimeoutError):
+        buffer.sample(global_steps=1, partition_id="train", batch_size=8)
+    monkeypatch.setattr(replay_buffer.tq, "kv_list", lambda: listing(uids))
+    sampled, _ = buffer.sample(global_steps=1, partition_id="train", batch_size=8)
+    assert len(sampled.keys) == 32 and {k.split("_")[0] for k in sampled.keys} == set(kept)
+
+    responses = list(np.repeat(uids, counts))
+    monkeypatch.setattr(PPOTrainer, "_compute_advantage", lambda self, b, metrics: b)
+    monkeypatch.setattr(trainer_base.tq, "kv_batch_get",
+                        lambda **kwargs: _scored(responses, np.arange(32) % 2))
+    metrics = {}
+    trainer._compute_advantage(_meta(responses), metrics)
+    assert not trainer.sera.pending and metrics["sera/prompts_kept"] == 3 / 8
+    # 3 workers get rows 0-2, 3-5 and 6-7: counts 19 + 0 + 0, 8 + 5 + 0 and 0 + 0 of 32
+    assert counts[:3] == [0, 0, 19] and metrics["sera/worker_imbalance"] == 19 / (32 / 3)
+    assert trainer.sera.history.epoch == 2  # the epoch (8 prompts) folded on the record
+    again = _verl_like_batch([100 + r for r in range(8)], 8)
+    again["uid"] = [f"next-{r}" for r in range(8)]
+    trainer._submit_batch_to_rollout(again)  # every row, the left-out ones too, planned again
+    assert len(submitted) == 2
+
+
 @pytest.fixture(scope="module")
 def readme_config(tmp_path_factory):
     """The README's verl commands composed through verl's Hydra config, as main_ppo does."""
@@ -377,7 +474,6 @@ def test_the_readme_verl_command_passes_verls_configuration_check(readme_config)
     ("algorithm.filter_groups.enable=true", "DAPO group filtering"),
     ("trainer.v1.sampler.sync_refill_failed_groups=true", "replaces failed groups"),
     ("algorithm.use_kl_in_reward=true", r"rewards, which MaxRL .* \[0, 1\]"),
-    ("+sera.u_min=0.5", "observability-guided selection"),
     ("+sera.nmin=2", "unknown sera options"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov", "loss_mode=clip_cov: its loss"),
     ("actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov", "loss_mode=kl_cov: its loss"),

@@ -62,6 +62,32 @@ def test_plans_equal_the_allocator_over_a_replayed_history_folded_per_loader_epo
     assert fallbacks[:3] == [True] * 3
 
 
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_prompt_the_selection_leaves_out_is_planned_again_next_epoch(keyed):
+    """Prompts with 0 of 400 and 40 of 40 successes fall below the paper's u_min: they get no
+    rollouts and wait for no outcome, the epoch folds on the batch's record, and the next epoch
+    plans their rows again, each plan sera.allocate's."""
+    n, n0 = 8, 4
+    planner = Planner(n, n0, prompts_per_epoch=n)
+    planner.history.record_groups(np.arange(n), [0, 0, 10, 20, 30, 40, 40, 40],
+                                  [400, 400, 40, 40, 40, 40, 40, 40])
+    planner.history.end_epoch()
+    rows = np.arange(n)
+    for epoch in range(3):
+        keys = [f"e{epoch}-{r}" for r in rows] if keyed else None
+        p_hat = planner.history.estimate(rows)[0]
+        counts = planner.plan(rows, keys).counts
+        expected = sera.allocate(p_hat, n * n0, n_min=planner.allocator.n_min,
+                                 n_max=planner.allocator.n_max_for(n0), n0=n0, u_min=U_MIN)
+        np.testing.assert_array_equal(counts, expected.counts)
+        assert epoch > 0 or (counts == 0).sum() == 5  # rows 0, 1 and 5-7
+        assert sorted(planner.pending) == sorted(
+            k for k, c in zip(keys or rows.tolist(), counts, strict=True) if c)
+        responses = np.repeat(keys if keyed else rows, counts)
+        planner.record(list(responses), (np.arange(counts.sum()) % 2).astype(float))
+        assert not planner.pending and planner.history.epoch == epoch + 2
+
+
 def test_unplanned_keys_are_ignored_and_unscored_responses_left_out():
     planner = Planner(5, 2, prompts_per_epoch=4)
     counts = planner.plan([3, 1], keys=["a", "b"]).counts
@@ -174,12 +200,45 @@ def test_plan_metrics_of_a_hand_worked_batch():
     assert planner.metrics()["sera/fallback"] == 1.0 and planner.metrics()["sera/count_max"] == 4
 
 
+def test_the_planning_share_is_the_planners_time_over_a_step_from_plan_to_plan(monkeypatch):
+    from sera.integrations import planner as module
+
+    clock = iter([0.0, 0.25, 10.0, 10.5, 40.0, 40.25])  # plan 0.25 s, record 0.5 s, next plan
+    monkeypatch.setattr(module, "perf_counter", lambda: next(clock))
+    planner = Planner(4, 2)
+    planner.plan([0, 1])
+    assert planner.timing_metrics() == {} and set(planner.metrics()) == set(module.METRICS)
+    planner.record([0, 0, 1, 1], [1.0, 0.0, 0.0, 1.0])
+    planner.plan([2, 3])
+    assert planner.timing_metrics() == {"sera/planning_s": 0.75, "sera/planning_share": 0.75 / 40}
+    assert set(planner.metrics()) == set(module.METRICS) | set(module.TIMING_METRICS)
+
+
+@pytest.mark.parametrize("size", [1, 5, 7, 12, 64, 100])
+@pytest.mark.parametrize("workers", [1, 2, 3, 8])
+def test_worker_loads_sum_consecutive_slices_of_ceil_b_over_workers(size, workers):
+    """Against slices written out one by one (verl's TensorDict.chunk is checked in
+    tests/test_integration_verl.py)."""
+    from sera.integrations.planner import worker_imbalance, worker_loads
+
+    counts = np.random.default_rng(size * workers).integers(0, 9, size)
+    width = -(-size // workers)
+    expected = [int(counts[j * width:(j + 1) * width].sum()) for j in range(workers)]
+    assert worker_loads(counts, workers).tolist() == expected
+    assert worker_imbalance(counts, workers) == pytest.approx(
+        max(expected) / np.mean(expected) if sum(expected) else 1.0)
+    assert worker_imbalance(np.full(8, 4), 4) == 1.0 and worker_imbalance([8, 0, 0, 0], 2) == 2.0
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
+        worker_loads(counts, 0)
+
+
 def test_the_metrics_table_in_the_docs_lists_every_key():
     from pathlib import Path
 
-    from sera.integrations.planner import METRICS
+    from sera.integrations.planner import METRICS, TIMING_METRICS, WORKER_METRICS
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "scaling.md").read_text()
     rows = {line.split("|")[1].strip().strip("`") for line in text.splitlines()
             if line.startswith("| `sera/")}
-    assert rows == set(METRICS) | {"sera/ignored_responses", "sera/unscored"}
+    assert rows == set(METRICS) | set(TIMING_METRICS) | set(WORKER_METRICS) | {
+        "sera/ignored_responses", "sera/unscored"}

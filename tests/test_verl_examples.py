@@ -182,7 +182,7 @@ RECIPE = ["hydra.searchpath=[pkg://sera.integrations.verl_recipe]", "+sera=paper
 
 
 def test_one_override_turns_the_papers_sera_on_with_typed_options():
-    from sera.methods import METHODS
+    from sera.methods import METHODS, U_MIN
     from sera.trainers.config import AllocatorConfig
 
     config = compose(RECIPE)
@@ -192,16 +192,16 @@ def test_one_override_turns_the_papers_sera_on_with_typed_options():
         "sera.integrations.verl.setup"
     plugin.refuse_unsupported(config)
     assert plugin.allocator_from_config(config) == AllocatorConfig(history_rule="counts")
-    assert plugin.allocator_from_config(config).for_method(
-        METHODS["sera"]).history_rule == "counts"  # the paper's rule either way
-    changed = compose([*RECIPE, "sera.n_min=3", "sera.history_gamma=0.8"])
+    paper = plugin.allocator_from_config(config).for_method(METHODS["sera"])
+    assert (paper.history_rule, paper.u_min) == ("counts", U_MIN)  # the paper's rule and selection
+    changed = compose([*RECIPE, "sera.n_min=3", "sera.history_gamma=0.8", "sera.u_min=0"])
     assert plugin.allocator_from_config(changed) == AllocatorConfig(
-        n_min=3, history_rule="counts", history_gamma=0.8)
+        n_min=3, history_rule="counts", history_gamma=0.8, u_min=0.0)
 
 
 @pytest.mark.parametrize("override, named", [
     ("algorithm.adv_estimator=grpo", "algorithm.adv_estimator=grpo"),
-    ("+sera.u_min=0.05", "+sera.u_min"),
+    ("algorithm.use_kl_in_reward=True", "use_kl_in_reward=True"),
     ("actor_rollout_ref.actor.use_kl_loss=True", "use_kl_loss=True"),
 ])
 def test_a_setting_that_contradicts_the_recipe_is_refused_by_name(override, named):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from time import perf_counter
 
 import numpy as np
 
@@ -51,8 +52,9 @@ class Planner:
         `sera` (the paper's SERA, the default) or a variant such as `sera-rate`
         (sera.methods.METHODS).
 
-    Each planned prompt carries a key (its row, or a framework id such as verl's uid) until its
-    outcomes are recorded; `record` ignores keys that were never planned (verl's padding rows).
+    Each planned prompt with rollouts carries a key (its row, or a framework id such as verl's
+    uid) until its outcomes are recorded; a prompt the selection leaves out (count 0) has none
+    to wait for. `record` ignores keys that were never planned (verl's padding rows).
 
     The planner keeps the last batch's rows and counts in its checkpoint, so that a framework
     resuming inside a batch it already recorded (TRL resuming between the optimizer steps one
@@ -84,6 +86,9 @@ class Planner:
         self.last: Allocation | None = None
         self.last_estimates: np.ndarray | None = None  # the p-hat the last batch was planned from
         self.last_plan: dict | None = None  # the last batch: rows, counts, fallback (checkpointed)
+        self._step_start: float | None = None  # when the last batch was planned
+        self._busy = 0.0  # seconds in plan and record since then
+        self.last_step_timing: tuple[float, float] | None = None  # (busy, step) of the last step
 
     @timed
     def plan(self, rows, keys=None) -> Allocation:
@@ -103,6 +108,16 @@ class Planner:
             any prompt of the batch has no estimate yet. The framework then samples counts[q]
             responses for rows[q] (the module text draws the layout).
         """
+        start = perf_counter()
+        if self._step_start is not None:  # one step ends where the next batch is planned
+            self.last_step_timing = (self._busy, start - self._step_start)
+        self._step_start, self._busy = start, 0.0
+        try:
+            return self._plan(rows, keys)
+        finally:
+            self._busy += perf_counter() - start
+
+    def _plan(self, rows, keys) -> Allocation:
         rows = self.history._ids(np.asarray(rows).reshape(-1), "rows")
         keys = rows.tolist() if keys is None else list(keys)
         if len(keys) != rows.size:
@@ -118,7 +133,10 @@ class Planner:
         estimates = methods.estimate(self.method, self.history, rows)
         allocation = methods.plan(self.method, self.allocator, self.n0, rows, *estimates)
         self.last_estimates = np.asarray(estimates[0], dtype=float)
-        self.pending.update(zip(keys, rows.tolist(), strict=True))
+        # A prompt the selection leaves out (count 0) gets no responses: it is settled here, so
+        # that the next epoch can plan its row again.
+        self.pending.update((key, row) for key, row, n in
+                            zip(keys, rows.tolist(), allocation.counts, strict=True) if n > 0)
         self.planned += rows.size
         self.last = allocation
         self.last_plan = {"rows": rows.tolist(), "counts": allocation.counts.tolist(),
@@ -126,11 +144,19 @@ class Planner:
         return allocation
 
     def metrics(self) -> dict[str, float]:
-        """plan_metrics of the last planned batch."""
+        """plan_metrics of the last planned batch, and timing_metrics()."""
         if self.last is None:
             raise ValueError("no batch has been planned yet")
-        return plan_metrics(self.last.counts, self.last_estimates, self.last.fallback,
-                            self.history.epoch)
+        return {**plan_metrics(self.last.counts, self.last_estimates, self.last.fallback,
+                               self.history.epoch), **self.timing_metrics()}
+
+    def timing_metrics(self) -> dict[str, float]:
+        """TIMING_METRICS of the last whole step (from one planned batch to the next); {} until
+        a second batch is planned."""
+        if self.last_step_timing is None:
+            return {}
+        busy, step = self.last_step_timing
+        return {"sera/planning_s": busy, "sera/planning_share": busy / step if step > 0 else 0.0}
 
     def replay(self, rows) -> tuple[np.ndarray, bool]:
         """(counts, fallback) of the last planned batch, for the same rows in the same order,
@@ -167,6 +193,13 @@ class Planner:
         int
             Responses ignored because their key was never planned.
         """
+        start = perf_counter()
+        try:
+            return self._record(keys, rewards)
+        finally:
+            self._busy += perf_counter() - start
+
+    def _record(self, keys, rewards) -> int:
         keys = list(keys)
         rewards = np.asarray(rewards, dtype=float).reshape(-1)
         if rewards.size != len(keys):
@@ -271,6 +304,40 @@ METRICS = {
     "sera/epoch": "epochs folded into the success history so far",
 }
 """The metrics both plug-ins log for every planned batch (plan_metrics), by key."""
+
+TIMING_METRICS = {
+    "sera/planning_s": "seconds the planner spent planning the last whole step's batch and "
+                       "recording its outcomes",
+    "sera/planning_share": "sera/planning_s over that step's wall time, from its batch's plan to "
+                           "the next batch's",
+}
+"""What both plug-ins log from the second planned batch on (Planner.timing_metrics), by key."""
+
+WORKER_METRICS = {
+    "sera/worker_imbalance": "rollouts of the busiest agent-loop worker over the mean per worker "
+                             "(1: even), as verl cuts the batch's prompts among its workers",
+}
+"""What verl's plug-in logs beside METRICS (worker_loads), by key."""
+
+
+def worker_loads(counts, workers: int) -> np.ndarray:
+    """Rollouts each of `workers` agent-loop workers gets, (workers,): verl's AgentLoopManager
+    hands worker j the j-th slice of ceil(B / workers) consecutive prompts (TensorDict.chunk),
+    counts (B,) in batch order; a worker left without prompts gets 0."""
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    size = max(1, -(-counts.size // workers))
+    loads = np.zeros(workers, dtype=np.int64)
+    for j in range(workers):
+        loads[j] = counts[j * size:(j + 1) * size].sum()
+    return loads
+
+
+def worker_imbalance(counts, workers: int) -> float:
+    """The busiest worker's rollouts over the mean per worker under worker_loads (1.0: even)."""
+    loads = worker_loads(counts, workers)
+    return float(loads.max() / loads.mean()) if loads.sum() else 1.0
 
 
 def plan_metrics(counts, estimates, fallback: bool, epoch: int) -> dict[str, float]:

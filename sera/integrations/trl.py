@@ -406,6 +406,8 @@ class SeraGRPOTrainer(GRPOTrainer):
         for key, value in plan_metrics(counts, estimates, fallback,
                                        self.sera_planner.history.epoch).items():
             metrics[key].append(value)  # the keys of planner.METRICS, as verl's plug-in logs
+        for key, value in self.sera_planner.timing_metrics().items():
+            metrics[key].append(value)  # planner.TIMING_METRICS, from the second batch on
         metrics["sera/unscored"].append(float(np.isnan(rewards).mean()))
         return output
 

@@ -10,6 +10,10 @@ Importing this module registers two things with verl:
 - the V1 trainer mode `sera_sync` (`trainer.v1.trainer_mode=sera_sync`): verl's synchronous
   trainer, except that each batch is planned by a `sera.integrations.planner.Planner` before it
   leaves for rollout, each prompt's count going through verl's per-prompt field `__rollout_n__`.
+  The plan is the paper's sera, its selection at u_min (`sera.u_min`; unset: sera.methods.U_MIN,
+  0 turns it off): a prompt the selection leaves out goes out with count 0, for which verl's
+  agent loop starts no session and marks the prompt finished, so the synchronous replay buffer
+  still counts train_batch_size prompts and no rollout is spent on it.
   The history is keyed by dense training rows, mapped at start-up from `extra_info.index` (a
   missing or repeated index is refused: verl would read a missing one as 0); the outcomes are
   recorded once advantages are computed, leaving out verl's padding rows (uid `pad<hex>`); the
@@ -33,17 +37,17 @@ loss only where each response's loss term scales with its own advantage (WEIGHTE
 
 Refused with a message (`refuse_unsupported`): DAPO group filtering and failed-group refill (they
 evict groups before the history sees them), `algorithm.use_kl_in_reward=True` (rewards leave
-[0, 1]), a u_min for the observability-guided selection (verl's replay buffer waits for every
-submitted prompt, so the plug-in runs the paper's sera with the selection off; how often the
-paper's threshold binds is measured by sera.studies.diagnosis.selection_binding),
-policy loss modes outside WEIGHTED_LOSS_MODES (clip_cov, kl_cov and dro), a KL loss or an entropy
-bonus (verl adds them per token without the weight n0 / N_q), a distillation loss (the same),
-an advantage estimator other than sera_maxrl under the sera_sync mode (it would ignore the
-counts), rejection sampling (`algorithm.rollout_correction.rollout_rs`: a rejected success would
-count as a failure), and skipped rollouts (`skip.rollout_tq`: a cached step bypasses the planning
-hook). Agent loops that return several
-outputs per session are refused when their first batch is scored (each output would count as a
-trial of its own).
+[0, 1]), policy loss modes outside WEIGHTED_LOSS_MODES (clip_cov, kl_cov and dro), a KL loss
+or an entropy bonus (verl adds them per token without the weight n0 / N_q), a distillation loss
+(the same), an advantage estimator other than sera_maxrl under the sera_sync mode (it would
+ignore the counts), rejection sampling (`algorithm.rollout_correction.rollout_rs`: a rejected
+success would count as a failure), and skipped rollouts (`skip.rollout_tq`: a cached step
+bypasses the planning hook). Agent loops that return several outputs per session are refused
+when their first batch is scored (each output would count as a trial of its own).
+
+Metrics: planner.METRICS and planner.TIMING_METRICS, as TRL's plug-in logs them, with
+`sera/ignored_responses` and planner.WORKER_METRICS (the rollouts' spread over verl's agent-loop
+workers) beside them; docs/scaling.md has the table.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
-from sera.integrations.planner import Planner, grouped_weighted_maxrl
+from sera.integrations.planner import Planner, grouped_weighted_maxrl, worker_imbalance
 from sera.trainers.config import AllocatorConfig
 
 VERL_VERSION = "0.9.1"
@@ -177,8 +181,7 @@ def refuse_unsupported(config) -> None:
     """Raise ValueError, naming the setting, for verl settings under which SERA's history,
     MaxRL or the weights n0 / N_q would be wrong: DAPO group filtering and failed-group refill
     evict all-0 and all-1 groups before the history sees them; a KL penalty in the reward makes
-    rewards negative; the observability safeguard gives prompts no rollouts, which verl's replay
-    buffer waits for; loss modes outside WEIGHTED_LOSS_MODES, a KL loss, an entropy bonus and a
+    rewards negative; loss modes outside WEIGHTED_LOSS_MODES, a KL loss, an entropy bonus and a
     distillation loss do not carry the weights; skipped rollouts bypass the planning; an
     advantage estimator other than sera_maxrl ignores the counts; rejection sampling
     (rollout_rs) turns rejected successes into failures."""
@@ -220,10 +223,6 @@ def refuse_unsupported(config) -> None:
         raise ValueError("algorithm.use_kl_in_reward=True subtracts a KL penalty from the "
                          "rewards, which MaxRL and the success history need as successes in "
                          "[0, 1]; set algorithm.use_kl_in_reward=False")
-    if allocator_from_config(config).u_min is not None:
-        raise ValueError("+sera.u_min (the observability-guided selection) gives some prompts no "
-                         "rollouts, and verl's replay buffer waits for every prompt it was sent; "
-                         "leave +sera.u_min unset with verl (the plug-in keeps every prompt)")
     actor = OmegaConf.select(config, "actor_rollout_ref.actor", default=None) or {}
     mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode",
                             default="vanilla")
@@ -314,12 +313,10 @@ class SeraTrainerSync(PPOTrainerSync):
             frame = loader.dataset.dataframe  # after verl's max_samples and length filter
             self._sera_rows = dense_rows(frame["extra_info"] if "extra_info" in
                                          frame.column_names else [None] * len(frame))
-            # The paper's sera with its selection off (u_min 0.0): verl's replay buffer waits for
-            # every prompt it was sent (how often the paper's threshold would bind:
-            # sera.studies.diagnosis.selection_binding).
-            allocator = dataclasses.replace(allocator_from_config(self.config), u_min=0.0)
+            # The paper's sera: u_min unset is its selection threshold (sera.methods.U_MIN).
             self._sera = Planner(len(self._sera_rows),
-                                 int(self.config.actor_rollout_ref.rollout.n), allocator,
+                                 int(self.config.actor_rollout_ref.rollout.n),
+                                 allocator_from_config(self.config),
                                  prompts_per_epoch=len(loader) * loader.batch_size)
         return self._sera
 
@@ -335,6 +332,9 @@ class SeraTrainerSync(PPOTrainerSync):
         allocation = planner.plan(rows, keys=[str(u) for u in batch["uid"]])
         counts = allocation.counts
         tu.assign_non_tensor_stack(batch, COUNT_KEY, [int(n) for n in counts])
+        # verl cuts the batch's prompts among its agent-loop workers (WORKER_METRICS)
+        workers = len(getattr(self.agent_loop_manager, "agent_loop_workers", ()))
+        self._sera_imbalance = worker_imbalance(counts, workers) if workers else None
         logger.info("sera: %d prompts, counts %d..%d%s", len(counts), counts.min(), counts.max(),
                     " (uniform: some prompts have no estimate yet)" if allocation.fallback
                     else "")
@@ -358,7 +358,9 @@ class SeraTrainerSync(PPOTrainerSync):
         uids = uids.tolist() if hasattr(uids, "tolist") else list(uids)
         # Padding rows and any other uid the planner never sent out are left out.
         ignored = self.sera.record([str(u) for u in uids], padded["rm_scores"].sum(dim=-1).tolist())
-        metrics.update(self.sera.metrics())  # the keys of planner.METRICS, as TRL's plug-in logs
+        metrics.update(self.sera.metrics())  # planner.METRICS and TIMING_METRICS, as in TRL
+        if getattr(self, "_sera_imbalance", None) is not None:
+            metrics["sera/worker_imbalance"] = self._sera_imbalance
         metrics["sera/ignored_responses"] = float(ignored)
         return batch
 

@@ -1,5 +1,5 @@
-"""SERA's Hydra config group for verl: one override turns on the paper's sera with its
-observability-guided selection off (verl keeps every prompt it sends out; sera.integrations.verl).
+"""SERA's Hydra config group for verl: one override turns on the paper's sera, its counts rule
+and its observability-guided selection at u_min 0.05 (sera.integrations.verl).
 
     python -m verl.trainer.main_ppo hydra.searchpath=[pkg://sera.integrations.verl_recipe] \
         +sera=paper [the run's own overrides]
