@@ -445,3 +445,24 @@ def test_the_plan_metrics_reach_trls_logs_under_the_keys_verl_uses(tmp_path):
     assert logged[-1]["sera/count_max"] == trainer.sera_log[-1]["counts"].max()
     # the second step's plan closes the first whole step: its planning time and share
     assert set(TIMING_METRICS) <= set(logged[-1]) and 0 < logged[-1]["sera/planning_share"] < 1
+
+
+def test_a_prompt_the_selection_leaves_out_is_planned_again_next_epoch(tmp_path):
+    """Rows that never and always succeed, with a history that says so (0 of 400, 400 of 400):
+    the paper's selection leaves some of them out (count 0; with n_max 6 at least 6 of the 8
+    prompts keep the budget of 32), and each later epoch (one step of all 8 prompts) plans them
+    again and trains on (before, the planner still held them as pending and refused the rows)."""
+    levels = [0.0, 1.0, 0.5, 0.3, 0.0, 0.6, 0.4, 1.0]
+    trainer = make_trainer(tmp_path / "out", steps=3, levels=levels,
+                           per_device_train_batch_size=32)
+    trainer.sera_history.record_groups(np.arange(8), [0, 400, 10, 6, 0, 12, 8, 400],
+                                       [400, 400, 20, 20, 400, 20, 20, 400])
+    trainer.sera_history.end_epoch()
+    trainer.train()
+    log = list(trainer.sera_log)
+    assert len(log) == 3 and trainer.sera_history.epoch == 4  # an epoch folded per step
+    assert (log[0]["counts"] == 0).sum() == 2
+    left_out = {int(i) for e in log for i, n in zip(e["ids"], e["counts"], strict=True) if n == 0}
+    assert left_out <= {0, 1, 4, 7}  # the rows that never or always succeed
+    assert all(sorted(e["ids"].tolist()) == list(range(8)) for e in log)
+    assert not trainer.sera_planner.pending
