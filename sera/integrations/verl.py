@@ -36,14 +36,15 @@ loss only where each response's loss term scales with its own advantage (WEIGHTE
 `tests/test_integration_verl.py` checks every loss mode verl registers by its gradients).
 
 Refused with a message (`refuse_unsupported`): DAPO group filtering and failed-group refill (they
-evict groups before the history sees them), `algorithm.use_kl_in_reward=True` (rewards leave
-[0, 1]), policy loss modes outside WEIGHTED_LOSS_MODES (clip_cov, kl_cov and dro), a KL loss
-or an entropy bonus (verl adds them per token without the weight n0 / N_q), a distillation loss
-(the same), an advantage estimator other than sera_maxrl under the sera_sync mode (it would
-ignore the counts), rejection sampling (`algorithm.rollout_correction.rollout_rs`: a rejected
-success would count as a failure), and skipped rollouts (`skip.rollout_tq`: a cached step
-bypasses the planning hook). Agent loops that return several outputs per session are refused
-when their first batch is scored (each output would count as a trial of its own).
+evict groups before the history sees them), `algorithm.use_kl_in_reward=True`, DAPO's overlong
+penalty and a learned reward model (rewards leave [0, 1]), policy loss modes outside
+WEIGHTED_LOSS_MODES (clip_cov, kl_cov and dro), a KL loss or an entropy bonus (verl adds them per
+token without the weight n0 / N_q), a distillation loss (the same), an advantage estimator other
+than sera_maxrl under the sera_sync mode (it would ignore the counts), rejection sampling
+(`algorithm.rollout_correction.rollout_rs`: a rejected success would count as a failure), and
+skipped rollouts (`skip.rollout_tq`: a cached step bypasses the planning hook). Agent loops that
+return several outputs per session are refused when their first batch is scored (each output would
+count as a trial of its own).
 
 Metrics: planner.METRICS and planner.TIMING_METRICS, as TRL's plug-in logs them, with
 `sera/ignored_responses` and planner.WORKER_METRICS (the rollouts' spread over verl's agent-loop
@@ -178,13 +179,13 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
 
 
 def refuse_unsupported(config) -> None:
-    """Raise ValueError, naming the setting, for verl settings under which SERA's history,
-    MaxRL or the weights n0 / N_q would be wrong: DAPO group filtering and failed-group refill
-    evict all-0 and all-1 groups before the history sees them; a KL penalty in the reward makes
-    rewards negative; loss modes outside WEIGHTED_LOSS_MODES, a KL loss, an entropy bonus and a
-    distillation loss do not carry the weights; skipped rollouts bypass the planning; an
-    advantage estimator other than sera_maxrl ignores the counts; rejection sampling
-    (rollout_rs) turns rejected successes into failures."""
+    """Raise ValueError, naming the setting, for verl settings under which SERA's history, MaxRL or
+    the weights n0 / N_q would be wrong: DAPO group filtering and failed-group refill evict all-0
+    and all-1 groups before the history sees them; a KL penalty in the reward, DAPO's overlong
+    penalty and a learned reward model give rewards outside [0, 1]; loss modes outside
+    WEIGHTED_LOSS_MODES, a KL loss, an entropy bonus and a distillation loss do not carry the
+    weights; skipped rollouts bypass the planning; an advantage estimator other than sera_maxrl
+    ignores the counts; rejection sampling (rollout_rs) turns rejected successes into failures."""
     algorithm = config.get("algorithm", {}) or {}
     estimator = algorithm.get("adv_estimator")
     if estimator != ESTIMATOR:
@@ -219,6 +220,16 @@ def refuse_unsupported(config) -> None:
         raise ValueError("trainer.v1.sampler.sync_refill_failed_groups=True replaces failed "
                          "groups with prompts SERA did not plan; set it to False with the "
                          "sera_sync mode (failed rollouts are padded and ignored)")
+    if OmegaConf.select(config, "reward.reward_kwargs.overlong_buffer_cfg.enable", default=False):
+        raise ValueError("reward.reward_kwargs.overlong_buffer_cfg.enable=True (DAPO's overlong "
+                         "penalty) subtracts up to its penalty factor from a long response's "
+                         "reward, which MaxRL and the success history need as a success in "
+                         "[0, 1]; set it to False with the sera_sync mode")
+    if OmegaConf.select(config, "reward.reward_model.enable", default=False):
+        raise ValueError("reward.reward_model.enable=True scores responses with a learned reward "
+                         "model, whose scores are not successes in [0, 1]; SERA's MaxRL and "
+                         "success history need a verifier's 0/1 (reward.custom_reward_function, "
+                         "as sera.integrations.gsm8k); set reward.reward_model.enable=False")
     if algorithm.get("use_kl_in_reward", False):
         raise ValueError("algorithm.use_kl_in_reward=True subtracts a KL penalty from the "
                          "rewards, which MaxRL and the success history need as successes in "
