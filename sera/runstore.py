@@ -7,6 +7,7 @@ A run folder (a RunConfig's `out`) holds
                        a last record {"finished": true, "wall_s": ...} once the run is done
     checkpoint.pt      everything the loop needs to resume (written by sera.trainers.checkpoint)
     metrics.csv, allocations.csv, final.csv   the loop's tables (final.csv once finished)
+    rollouts.csv       a sequence task's responses, one row each (sera.tables.ROLLOUT_COLUMNS)
 
 A stored set of runs (data/study/<point>/, a sweep's folder) holds the same tables of many runs,
 gzip-compressed without a time stamp so that equal tables give equal bytes, and provenance.json:

@@ -27,6 +27,10 @@ ALLOCATION_COLUMNS = ("step", "epoch", "prompt", "estimate", "rollouts", "alloca
 """The per-prompt record of every step: the estimate the allocation read (for uniform methods,
 the history's estimate, kept for comparison), the rollouts, their successes, and the exact p
 where the task knows it."""
+ROLLOUT_COLUMNS = ("step", "prompt", "group", "length", "reward")
+"""The per-response record of a sequence task's steps (a run folder's rollouts.csv, beside the
+three tables): the prompt it answered, its group's size that step (N_q), its length in tokens
+and its reward."""
 
 
 @dataclass

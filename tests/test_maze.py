@@ -219,6 +219,45 @@ def test_killed_run_resumes_to_the_same_table(tmp_path):
     resumed = sequence.train(killed, maze_trainer.build)
     pd.testing.assert_frame_equal(resumed.metrics, whole.metrics)
     pd.testing.assert_frame_equal(resumed.final, whole.final)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "killed" / "rollouts.csv"),
+                                  pd.read_csv(tmp_path / "whole" / "rollouts.csv"))
+
+
+def test_each_response_is_a_row_of_rollouts_csv_that_adds_up_to_the_allocations(tmp_path):
+    config = _tiny(tmp_path, method="sera-rate-safeguard", steps=8)  # counts 0 after epoch 0
+    params = []
+    results = sequence.train(config, maze_trainer.build, callback=lambda run: params.append(
+        [p.detach().clone() for p in run.study.model.parameters()]))
+    rollouts = pd.read_csv(tmp_path / "run" / "rollouts.csv")
+    assert set(rollouts["method"]) == {"sera-rate-safeguard"}
+    per_prompt = rollouts.groupby(["step", "prompt"]).agg(
+        n=("reward", "size"), successes=("reward", "sum"), group=("group", "first"))
+    allocations = results.allocations.set_index(["step", "prompt"])
+    sampled = allocations[allocations["rollouts"] > 0]
+    assert (allocations["rollouts"] == 0).any()  # a prompt left out has no row
+    assert per_prompt.index.equals(sampled.index.sort_values())
+    np.testing.assert_array_equal(per_prompt["n"], sampled.loc[per_prompt.index, "rollouts"])
+    np.testing.assert_array_equal(per_prompt["group"], per_prompt["n"])
+    np.testing.assert_allclose(per_prompt["successes"], sampled.loc[per_prompt.index, "successes"])
+    assert rollouts["length"].between(1, config.max_new_tokens).all()
+    # update_norm: the parameters' move over each step, against the snapshots taken after steps
+    moves = results.metrics[results.metrics["metric"] == "update_norm"]["value"].to_numpy()
+    expected = [float(sum(((a - b).double() ** 2).sum() for a, b in zip(after, before,
+                                                                        strict=True))) ** 0.5
+                for before, after in zip(params, params[1:], strict=False)]
+    np.testing.assert_allclose(moves[1:], expected, rtol=1e-9)
+    assert (moves > 0).all()
+
+
+def test_distinct_mixed_successes_counts_each_successful_answer_once_in_mixed_groups():
+    groups = [
+        [((1, 2), 1.0), ((1, 2), 1.0), ((3,), 0.0)],  # mixed: one distinct success
+        [((4,), 1.0), ((5,), 1.0)],                   # all succeed: no signal
+        [((6,), 0.0), ((7,), 0.0)],                   # all fail
+        [((8,), 1.0), ((9,), 1.0), ((8, 1), 1.0), ((2,), 0.0)],  # mixed: three distinct
+        [],
+    ]
+    assert sequence.distinct_mixed_successes(groups) == 4
 
 
 def test_command_line(tmp_path):
@@ -313,3 +352,15 @@ def test_the_step_0_evaluation_is_kept_beside_the_warm_up_and_changes_no_number(
                    maze_trainer.build)
     assert ("sera", 1, 0) in calls
     assert len(list((tmp_path / "warmup" / "evaluations").glob("step0-*.json"))) == 2
+
+
+def test_measuring_the_update_changes_no_number_and_a_large_model_skips_it(tmp_path,
+                                                                          monkeypatch):
+    measured = sequence.train(_tiny(tmp_path, method="maxrl", out=str(tmp_path / "a")),
+                              maze_trainer.build).metrics
+    monkeypatch.setattr(sequence, "UPDATE_NORM_MAX_BYTES", 0)  # every model is "large"
+    skipped = sequence.train(_tiny(tmp_path, method="maxrl", out=str(tmp_path / "b")),
+                             maze_trainer.build).metrics
+    assert "update_norm" in set(measured["metric"]) and "update_norm" not in set(skipped["metric"])
+    pd.testing.assert_frame_equal(measured[measured["metric"] != "update_norm"]
+                                  .reset_index(drop=True), skipped.reset_index(drop=True))

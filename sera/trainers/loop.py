@@ -30,7 +30,7 @@ import pandas as pd
 from sera import runstore
 from sera.allocation import Allocation
 from sera.methods import METHODS, estimate, plan
-from sera.tables import ALLOCATION_COLUMNS, TABLES, Results
+from sera.tables import ALLOCATION_COLUMNS, ROLLOUT_COLUMNS, TABLES, Results
 from sera.timing import timed
 from sera.trainers import checkpoint
 from sera.trainers.config import RunConfig, as_dict, defaults
@@ -86,6 +86,8 @@ class Run:
         # one block per step: ALLOCATION_COLUMNS, a scalar for those in PER_STEP and an array
         # per prompt for the rest (a row per prompt only when a table is built)
         self.allocations: list[tuple] = []
+        # one block per step of a sequence task: (step, prompt, length, reward), arrays (R,)
+        self.rollouts: list[tuple] = []
         self.last_exact = np.full(study.n_prompts, np.nan)  # p at each prompt's last visit
         self.allocator_state: dict = {}  # what stateful allocators keep across steps
         self.stopped = ""  # why the protocol ended the run before config.steps, if it did
@@ -107,6 +109,24 @@ class Run:
     def allocation_rows(self) -> list[tuple]:
         """The allocation table's rows as tuples of Python numbers (what a checkpoint keeps)."""
         return list(self._allocation_columns().itertuples(index=False, name=None))
+
+    def record_rollouts(self, prompts, lengths, rewards) -> None:
+        """This step's responses, one entry each (R,): the prompt each answered, its length in
+        tokens and its reward (ROLLOUT_COLUMNS; sera.trainers.sequence records them)."""
+        self.rollouts.append(_rollout_block(self.step, prompts, lengths, rewards))
+
+    def rollout_table(self) -> pd.DataFrame:
+        """ROLLOUT_COLUMNS, one row per response of every recorded step, with the run's keys."""
+        blocks = self.rollouts
+        sizes = [len(block[1]) for block in blocks]
+        table = pd.DataFrame({
+            "step": np.repeat(np.array([b[0] for b in blocks], dtype=np.int64), sizes),
+            "prompt": np.concatenate([b[1] for b in blocks] or [np.zeros(0, np.int64)]),
+            "length": np.concatenate([b[2] for b in blocks] or [np.zeros(0, np.int64)]),
+            "reward": np.concatenate([b[3] for b in blocks] or [np.zeros(0)])})
+        table.insert(2, "group", table.groupby(["step", "prompt"])["reward"].transform("size")
+                     .astype(np.int64))
+        return _with_keys(table[list(ROLLOUT_COLUMNS)], self.config)
 
     def _allocation_columns(self) -> pd.DataFrame:
         """ALLOCATION_COLUMNS, one row per prompt and step, from the steps' blocks."""
@@ -212,6 +232,8 @@ class Run:
                 "finished": self.finished, "rows": self.rows, "allocations": self.allocation_rows(),
                 "last_exact": self.last_exact, "allocator_state": self.allocator_state,
                 "stopped": self.stopped,
+                "rollouts": [(step, *(part.tolist() for part in parts))
+                             for step, *parts in self.rollouts],
                 "config": as_dict(self.config)}
 
     def load_state_dict(self, state: dict) -> None:
@@ -228,6 +250,13 @@ class Run:
         self.last_exact = np.asarray(state["last_exact"], dtype=float)
         self.allocator_state = state.get("allocator_state", {})
         self.stopped = state.get("stopped", "")
+        # absent in checkpoints written before rollouts were recorded
+        self.rollouts = [_rollout_block(*block) for block in state.get("rollouts", [])]
+
+
+def _rollout_block(step: int, prompts, lengths, rewards) -> tuple:
+    return (int(step), np.asarray(prompts, dtype=np.int64), np.asarray(lengths, dtype=np.int64),
+            np.asarray(rewards, dtype=float))
 
 
 def _log_agreement(run: Run, name: str, estimate, exact) -> None:
@@ -374,6 +403,8 @@ def _save(run: Run, out: Path) -> None:
     runstore.write_csv(run.metrics(), out / runstore.table_file("metrics"))
     if run.allocations:
         runstore.write_csv(run.allocation_table(), out / runstore.table_file("allocations"))
+    if run.rollouts:
+        runstore.write_csv(run.rollout_table(), out / runstore.table_file("rollouts"))
 
 
 def _progress(config: RunConfig, start: int):

@@ -27,6 +27,10 @@ from sera.trainers.engines import Engine, Sampling, TransformersEngine
 from sera.trainers.presets import SequenceConfig, warmup_fingerprint, warmup_folder, warmup_settings
 from sera.trainers.token_loss import sequence_loss
 
+UPDATE_NORM_MAX_BYTES = 2**30
+"""The largest model (bytes of parameters) whose update norm a sequence study logs: measuring it
+copies the parameters once a step."""
+
 
 class Task(Protocol):
     """A sequence task: prompts as token ids, a verifier, and reference answers."""
@@ -121,7 +125,7 @@ class SequenceStudy:
                                    micro_batch_tokens=config.micro_batch_tokens,
                                    dtype=config.dtype)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
-        self.optimizer.step()
+        moved = self._step_and_measure()
         self.engine.sync(self.model)
         # Per prompt, then averaged over prompts, so that unequal counts do not reweight them.
         kept = counts > 0
@@ -130,6 +134,27 @@ class SequenceStudy:
         run.log("token_entropy", per_prompt(entropy).mean())
         run.log("response_length", per_prompt(lengths).mean())
         run.log("grad_norm", float(norm))
+        if moved is not None:
+            run.log("update_norm", moved)
+        run.log("mixed_successes", distinct_mixed_successes(groups))
+        run.record_rollouts(ids[owner], lengths, rewards)
+
+    def _step_and_measure(self) -> float | None:
+        """The optimizer's step, and its length in parameter space (the norm of the parameters'
+        change), measured from a copy of the parameters taken before it; None (step only) for a
+        model whose parameters take more than UPDATE_NORM_MAX_BYTES, where the copy would cost
+        an accelerator's memory."""
+        params = list(self.model.parameters())
+        size = sum(p.numel() * p.element_size() for p in params)
+        if size > UPDATE_NORM_MAX_BYTES:
+            self.optimizer.step()
+            return None
+        before = [p.detach().clone() for p in params]
+        self.optimizer.step()
+        with torch.no_grad():
+            squares = sum(float(((p.detach() - b).double() ** 2).sum())
+                          for p, b in zip(params, before, strict=True))
+        return squares ** 0.5
 
     def correct_counts(self, samples: int, stream: int, step: int,
                        split: str = "val") -> np.ndarray:
@@ -192,6 +217,18 @@ class SequenceStudy:
         self.task.tokenizer.save_pretrained(folder)
         return pd.DataFrame({"prompt": np.arange(correct.size), "n": samples,
                              "correct": correct})
+
+
+def distinct_mixed_successes(groups) -> int:
+    """The distinct successful responses (reward > 0, told apart by their tokens) in the groups
+    whose rewards are not all equal: the evidence a step's MaxRL update rests on. groups: one
+    list of (response tokens, reward) per prompt."""
+    found = 0
+    for group in groups:
+        rewards = {reward for _, reward in group}
+        if len(rewards) > 1:
+            found += len({tuple(response) for response, reward in group if reward > 0})
+    return found
 
 
 def warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, settings: dict):
