@@ -470,3 +470,17 @@ def test_a_study_notebook_reads_in_at_most_3000_words_of_markdown(path):
     nb = nbformat.read(path, as_version=4)
     words = sum(len(c.source.split()) for c in nb.cells if c.cell_type == "markdown")
     assert words <= 3000, (path.name, words)
+
+
+def test_06_starts_before_the_notebooks_that_read_back_its_runs(tmp_path, monkeypatch):
+    """make figures starts 06 first: 04 and 05 read back the runs 06 trains (one run store)."""
+    import argparse
+
+    started = []
+    monkeypatch.setattr(runner, "run_notebook",
+                        lambda path, *args, **kwargs: started.append(path.name[:2]) or 0.0)
+    monkeypatch.setattr(executions, "record", lambda *args, **kwargs: None)
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    args = argparse.Namespace(jobs=1, profile="fast", figures=tmp_path, output=tmp_path)
+    assert runner.run_all(list(NOTEBOOKS), args) == 0
+    assert started == ["06", "07", "04", "05", "08", "03", "02", "01"]
