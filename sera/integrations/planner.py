@@ -17,6 +17,7 @@ layout by sizes.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from time import perf_counter
@@ -112,10 +113,8 @@ class Planner:
         if self._step_start is not None:  # one step ends where the next batch is planned
             self.last_step_timing = (self._busy, start - self._step_start)
         self._step_start, self._busy = start, 0.0
-        try:
+        with self._busy_time(start):
             return self._plan(rows, keys)
-        finally:
-            self._busy += perf_counter() - start
 
     def _plan(self, rows, keys) -> Allocation:
         rows = self.history._ids(np.asarray(rows).reshape(-1), "rows")
@@ -193,9 +192,14 @@ class Planner:
         int
             Responses ignored because their key was never planned.
         """
-        start = perf_counter()
-        try:
+        with self._busy_time(perf_counter()):
             return self._record(keys, rewards)
+
+    @contextlib.contextmanager
+    def _busy_time(self, start: float):
+        """Add the time from `start` to the block's end to this step's planner time."""
+        try:
+            yield
         finally:
             self._busy += perf_counter() - start
 

@@ -402,7 +402,7 @@ def run_all(selected: list[Path], args) -> int:
     if args.jobs > 1:
         os.environ["OMP_NUM_THREADS"] = "1"  # the kernels inherit it
     trains = {p: "runs_dir" in nbformat.read(p, as_version=4).cells[2].source for p in selected}
-    first = list(TRAINING_ORDER)
+    first = TRAINING_ORDER
     order = sorted(selected, key=lambda p: (
         not trains[p], first.index(p.name[:2]) if p.name[:2] in first else len(first),
         -int(p.name[:2])))
