@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sera.tables import TABLES
+from sera.tables import RUN_KEYS, TABLES
 
 HOME_VARIABLE = "SERA_HOME"
 SHIPPED = Path(__file__).resolve().parent / "_data"
@@ -227,7 +227,10 @@ def store_runs(folders, out, summary: dict, tables=TABLES, metrics=None,
                 continue
             if name == "metrics" and metrics is not None:
                 table = table[table["metric"].isin(metrics)]
+            table = _with_run_keys(table, folder)
             parts.append(table.assign(**(columns or {}).get(folder, {})))
+        if not parts:
+            continue
         write_csv(pd.concat(parts, ignore_index=True), out / f"{name}.csv.gz",
                   float_format="%.6g")
     runs = []
@@ -240,6 +243,19 @@ def store_runs(folders, out, summary: dict, tables=TABLES, metrics=None,
     write_json(out / SUMMARY, {**summary, "runs_stored": len(runs),
                                "wall_s": round(sum(r["wall_s"] for r in runs), 1), "runs": runs})
     return len(runs)
+
+
+def _with_run_keys(table: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """A run's table with the run keys in front, taken from the run's metrics table where the
+    table lacks them (rollouts.csv has one row per response and no keys of its own)."""
+    if any(key in table.columns for key in RUN_KEYS):
+        return table
+    metrics = read_table(folder, "metrics")
+    if metrics is None or metrics.empty:
+        raise ValueError(f"{folder} has a table without run keys and no metrics table to take "
+                         f"them from")
+    keys = {key: metrics[key].iloc[0] for key in RUN_KEYS if key in metrics.columns}
+    return pd.concat([pd.DataFrame(keys, index=table.index), table], axis=1)
 
 
 def stored_summary(folder) -> dict:

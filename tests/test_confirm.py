@@ -121,6 +121,14 @@ def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, mo
 
     results = confirm.load("tiny")
     assert set(results.final["arm"]) == {"maxrl", "sera-rate", "sera-rate-safeguard"}
+    # one row per response, with the run keys, as many as each run logged rollouts (the restored
+    # runs' rows included: storing them again gave the same bytes above)
+    rollouts = pd.read_csv(study / "rollouts.csv.gz")
+    assert {"method", "seed", "u_min", "step", "prompt", "group", "length", "reward"} <= \
+        set(rollouts.columns)
+    logged = results.metrics[results.metrics["metric"] == "rollouts"]
+    assert rollouts.groupby(["method", "seed"]).size().to_dict() == \
+        logged.groupby(["method", "seed"])["value"].sum().astype(int).to_dict()
     assert set(results.final["seed"]) == {0, 1}
     summary = confirm.stored("tiny")
     assert summary["runs_stored"] == summary["runs_planned"] == 6

@@ -12,6 +12,11 @@ from sera.tables import TABLES, Results, with_arm
 from sera.trainers import grid
 from sera.trainers.presets import warmup_fingerprint
 
+POINT_TABLES = (*TABLES, "rollouts")
+"""What a point stores of each run: the three tables, and the per-response table of the runs that
+record one (sera.tables.ROLLOUT_COLUMNS, with the run keys and arm), so that a sentence about
+lengths, rewards or group sizes can be checked from stored data."""
+
 
 def run(point: Point, runs_dir=None, progress: bool = True) -> Results:
     """Train (or resume, or read back) every run of the point, storing the finished runs' tables
@@ -78,7 +83,7 @@ def store(point: Point, runs_dir=None) -> int:
         summary["warmup"] = warmup
         keep_warmup(point, runs_dir)
     return runstore.store_runs(folders, runstore.STUDY_DIR / point.name, summary,
-                               columns=columns)
+                               tables=POINT_TABLES, columns=columns)
 
 
 def keep_warmup(point: Point, runs_dir=None) -> bool:
@@ -130,7 +135,7 @@ def restore(point: Point, runs_dir=None) -> int:
                if Path(c.out).name in records and not runstore.finished(c.out)]
     if not missing:
         return 0
-    tables = runstore.stored_tables(folder)
+    tables = runstore.stored_tables(folder, POINT_TABLES)
     for config, a in missing:
         keys = config.keys()
         rows = {name: table[_of_run(table, {**keys, "arm": a.name} if "arm" in table.columns
