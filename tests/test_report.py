@@ -70,16 +70,19 @@ def test_a_page_cell_matches_an_independent_computation(name, arm, control, k):
 
 def test_each_arm_names_the_instruction_set_its_stored_runs_record():
     # Read back from the stored provenance without the point's run list: a run's arm is its
-    # method with the tag its learning rate gives (half the point's MaxRL step: lr-half).
+    # method with the tag its learning rate or batch gives (half the point's MaxRL step: lr-half;
+    # half or twice its batch: batch-half, batch-double).
     name = "math-n0-4-320-avx2"
     summary = json.loads((runstore.STUDY_DIR / name / "provenance.json").read_text())
     full_lr = max(r["config"]["lr"] for r in summary["runs"])
+    batch = summary["runs"][0]["config"]["batch_size"]
     seen = {}
     for record in summary["runs"]:
         config = record["config"]
         if config.get("agg") != "token-mean" or config["allocator"]["n_min"] != 2:
             continue  # the seqnorm and n_min arms
-        tag = " lr-half" if config["lr"] < full_lr else ""
+        tag = " lr-half" if config["lr"] < full_lr else \
+            {batch // 2: " batch-half", 2 * batch: " batch-double"}.get(config["batch_size"], "")
         kinds = {start["cpu_capability"] for start in record["provenance"]
                  if "cpu_capability" in start}
         seen.setdefault(config["method"] + tag, set()).update(kinds)

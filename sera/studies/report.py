@@ -93,7 +93,7 @@ def point_table(name: str) -> pd.DataFrame:
                     "seeds": int(g.seeds), "gain": g.gain, "low": g.low, "high": g.high,
                     "per_seed": g.per_seed, "predicted": predicted,
                     "verdict": verdict(g.gain, g.low, g.high, predicted) if enough
-                    else f"{g.seeds} seeds: no verdict",
+                    else f"{g.seeds} seed{'s' if g.seeds != 1 else ''}: no verdict",
                     "machine": kinds.get(arm, "unknown"),
                     "against_machine": kinds.get(control, "unknown")})
     return pd.DataFrame(rows)
