@@ -7,8 +7,10 @@ Clones the committed HEAD into a temporary folder, runs `make figures` then `mak
 (each sets up .venv/ on first use, so the first command pays for the set-up), and prints each
 command's wall time against its goal (figures 600 s, test 1,200 s on two idle cores), the
 notebooks' own times from `make figures`, the stages of `make test` (the time from one recipe
-line to the next) and the slowest tests. Run it alone: anything else on the two cores is in the
-numbers.
+line to the next) and the slowest tests, and for each command the machine's busy and idle CPU
+time (from /proc/stat): the busy core-seconds over the core count is the least wall time any
+schedule of that work could take, so it tells a cut of work from a better packing. Run it alone:
+anything else on the two cores is in the numbers.
 """
 
 import argparse
@@ -52,6 +54,18 @@ def timed(command: list[str], cwd: Path, log: Path, env: dict) -> tuple[int, flo
     return proc.returncode, time.perf_counter() - start, lines
 
 
+def cpu_seconds() -> tuple[float, float] | None:
+    """(busy, idle) CPU seconds of the whole machine since boot, all cores together, from
+    /proc/stat's first line (iowait counts as idle); None where there is no /proc/stat."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, first[1:9])
+    hz = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / hz, (idle + iowait) / hz
+
+
 def stages(lines, total: float) -> list[tuple[str, float]]:
     """Seconds from each stage's opening line to the next stage's (or the end)."""
     starts = []
@@ -78,14 +92,21 @@ def main() -> int:
     env = {**os.environ, "PYTEST_ADDOPTS": "--durations=15"}
     failed = False
     for target in args.targets:
+        before = cpu_seconds()
         status, wall, lines = timed(["make", target], folder / "repo", folder / f"{target}.log",
                                     env)
+        after = cpu_seconds()
         goal = GOALS.get(target)
         verdict = "" if goal is None else (" within" if wall <= goal else " OVER") + \
             f" its goal of {goal} s"
         print(f"make {target}: {'ok' if status == 0 else 'FAILED'} in {wall:.0f} s{verdict} "
               f"({folder / f'{target}.log'})")
         failed |= status != 0
+        if before is not None and after is not None:
+            busy, idle = after[0] - before[0], after[1] - before[1]
+            cores = os.cpu_count()
+            print(f"    CPU: {busy:.0f} core-s busy, {idle:.0f} idle; on {cores} cores the busy "
+                  f"work alone takes at least {busy / cores:.0f} s")
         if target == "figures":
             for _, line in lines:
                 if match := re.match(r"(\S+\.ipynb) done in ([\d.]+) s", line):
