@@ -186,6 +186,11 @@ point's `prediction.csv`; arms that change the training (tagged arms) have a wri
 in their point's registration instead. An arm with fewer than 6 seeds shows its per-seed
 differences and no verdict. The *instruction set* is torch's CPU capability when each run
 started; runs on different ones are different samples of the same experiment.
+
+Each point's folder in `data/study/` holds its registration (`point.toml`), its prediction, the
+runs' `metrics`, `final` and `allocations` tables and their provenance, and for the runs that
+record one, `rollouts.csv.gz`: one row per response (step, prompt, its group's size, length in
+tokens, reward), from which a statement about response lengths or lone successes can be checked.
 """
 
 
