@@ -8,7 +8,8 @@ selection on (C.3, at U_MIN) and the weights n0 / N_q; `sera-oracle` the same fr
 success probabilities where a task knows them. The package's own variants carry their own names:
 `sera-rate` plans from the rate rule (each epoch's success rate counted as 16 trials) with the
 selection off, as every SERA run stored before the paper's method was separated from it did, and
-`sera-rate-safeguard` adds a strong selection (u_min 0.3). The rules SERA is
+`sera-rate-safeguard` adds a strong selection (u_min 0.3); `sera-evidence-step` scales each
+step by the evidence it rests on (sera.evidence), a candidate remedy. The rules SERA is
 compared with (docs/baselines.md) come with their own estimator and weighting, and where it
 separates the allocation rule from the estimator also as `<rule>-maxrl` (MaxRL advantages with
 the multiplicity weights n0 / N_q). Names ending in `-reconstruction` are reconstructions from
@@ -86,6 +87,9 @@ class Method:
     """The method's own observability threshold u_min (waterline methods): a prompt is kept
     while U(p_hat, N_q) >= selection; 0.0: no selection, as everywhere in the package. An
     AllocatorConfig whose u_min is set (not None) overrides it."""
+    evidence_step: bool = False
+    """Scale each step's learning rate by sera.evidence.evidence_scale: min(1, the successes in
+    the step's mixed groups over what uniform counts would give at the estimates)."""
 
     @property
     def maxrl(self) -> bool:
@@ -144,6 +148,10 @@ def _own_entries():
     yield Method("sera-rate-safeguard", "history", "waterline", maxrl_advantages,
                  f"sera-rate with prompts kept while U >= {SAFEGUARD} (a strong filter)",
                  history_rule="rate", selection=SAFEGUARD)
+    yield Method("sera-evidence-step", "history", "waterline", maxrl_advantages,
+                 "the paper's sera with each step's learning rate scaled by min(1, its successes "
+                 "in mixed groups / those uniform counts would give at the estimates): a remedy "
+                 "candidate, not the paper's", selection=U_MIN, evidence_step=True)
     yield Method("reweight", "history", "reweight", maxrl_advantages,
                  "inverse-fidelity reweighting: n0 each, MaxRL x 1 / kappa(p_hat, n0) on the "
                  "rate rule's estimates", history_rule="rate")

@@ -66,9 +66,13 @@ class Planner:
     def __init__(self, n_prompts: int, n0: int, allocator: AllocatorConfig | None = None,
                  prompts_per_epoch: int | None = None, method: str = "sera"):
         if method not in methods.METHODS or methods.METHODS[method].allocator != "waterline" \
-                or methods.METHODS[method].estimates != "history":
+                or methods.METHODS[method].estimates != "history" \
+                or methods.METHODS[method].evidence_step:
+            # a method that scales its steps' learning rate needs the framework's optimizer,
+            # which the plug-ins do not touch: refused rather than trained without its scaling
             waterline = [name for name, m in methods.METHODS.items()
-                         if m.allocator == "waterline" and m.estimates == "history"]
+                         if m.allocator == "waterline" and m.estimates == "history"
+                         and not m.evidence_step]
             raise ValueError(f"method must be one of {waterline} (SERA from historical "
                              f"estimates), got {method!r}")
         self.method = methods.METHODS[method]

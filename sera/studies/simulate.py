@@ -45,6 +45,7 @@ from sera.tables import TABLES, Results
 from sera.trainers import loop
 from sera.trainers.config import RunConfig
 from sera.trainers.profiles import PROFILES_FILE, measure_profiles
+from sera.trainers.steps import step_scale
 
 ZERO = 0.05
 """A prompt counts as 'near p = 0' below this success probability (budget-share diagnostic)."""
@@ -140,7 +141,11 @@ class SimulatedStudy:
         p = self.p_of(ids)
         step = np.bincount(owner, advantages * (rewards - p[owner]), ids.size)
         scale = ids.size / max(int(counts.sum()), 1)
-        np.add.at(self.theta, ids, self.config.lr * scale * allocation.weights * step)
+        factor = step_scale(run.method, outcome)  # None: the method scales no step
+        lr = self.config.lr * (1.0 if factor is None else factor)
+        np.add.at(self.theta, ids, lr * scale * allocation.weights * step)
+        if factor is not None:
+            run.log("step_scale", factor)
         near_zero = p < ZERO
         run.log("zero_share", counts[near_zero].sum() / max(counts.sum(), 1))
         run.log("zero_prompts", loop.mean(near_zero))

@@ -29,7 +29,7 @@ from sera.fidelity import kappa
 from sera.methods import METHODS, supported
 from sera.passk import k_grid, pass_at_k_analytic
 from sera.tasks.classification import fetch, hold_out, load_data
-from sera.trainers import checkpoint, cli, grid, label_rollouts, loop
+from sera.trainers import checkpoint, cli, grid, label_rollouts, loop, steps
 from sera.trainers.config import AllocatorConfig, RunConfig, as_dict, from_dict
 
 __all__ = ["AllocatorConfig", "ClassificationConfig", "ClassificationStudy", "PRESETS",
@@ -202,7 +202,11 @@ class ClassificationStudy:
             self._cosines(run, loss, exact_loss, chosen, p_exact, allocation)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self.optimizer.step()
+        scale = steps.step_scale(self.method, outcome)
+        with steps.scaled_lr(self.optimizer, scale):
+            self.optimizer.step()
+        if scale is not None:
+            run.log("step_scale", scale)
 
     def _cosines(self, run, loss, exact_loss, chosen, p_exact, allocation) -> None:
         """Cosine of the sampled update to the exact gradient and, for MaxRL-type advantages,

@@ -21,7 +21,7 @@ import torch
 from sera import runstore
 from sera.methods import METHODS
 from sera.passk import k_grid, pass_at_k
-from sera.trainers import grid, loop
+from sera.trainers import grid, loop, steps
 from sera.trainers.checkpoint import fingerprint
 from sera.trainers.engines import Engine, Sampling, TransformersEngine
 from sera.trainers.presets import SequenceConfig, warmup_fingerprint, warmup_folder, warmup_settings
@@ -125,7 +125,9 @@ class SequenceStudy:
                                    micro_batch_tokens=config.micro_batch_tokens,
                                    dtype=config.dtype)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
-        moved = self._step_and_measure()
+        scale = steps.step_scale(self.method, outcome)
+        with steps.scaled_lr(self.optimizer, scale):
+            moved = self._step_and_measure()
         self.engine.sync(self.model)
         # Per prompt, then averaged over prompts, so that unequal counts do not reweight them.
         kept = counts > 0
@@ -134,6 +136,8 @@ class SequenceStudy:
         run.log("token_entropy", per_prompt(entropy).mean())
         run.log("response_length", per_prompt(lengths).mean())
         run.log("grad_norm", float(norm))
+        if scale is not None:
+            run.log("step_scale", scale)
         if moved is not None:
             run.log("update_norm", moved)
         run.log("mixed_successes", distinct_mixed_successes(groups))
