@@ -264,6 +264,26 @@ def direction_table(summary: pd.DataFrame, treatment: str = "sera-oracle",
     return pd.DataFrame(out)
 
 
+def replay(run: pd.DataFrame, **options):
+    """Replay one run's recorded outcomes (its rows of an allocations table: step, epoch, prompt,
+    rollouts, successes) through a fresh sera.SuccessHistory(**options): yields, step by step,
+    (the step's rows, their prompt ids, the estimate and its availability) read before the
+    step's outcomes are recorded, with the epochs folded in where the run folded them."""
+    from sera.history import SuccessHistory
+
+    history = SuccessHistory(int(run["prompt"].max()) + 1, **options)
+    epoch = 0
+    for _, part in run.sort_values(["step", "prompt"]).groupby("step", sort=True):
+        for _ in range(int(part["epoch"].iloc[0]) - epoch):
+            history.end_epoch()
+        epoch = int(part["epoch"].iloc[0])
+        ids = part["prompt"].to_numpy(dtype=np.int64)
+        estimate, available = history.estimate(ids)
+        yield part, ids, estimate, available
+        history.record_groups(ids, part["successes"].to_numpy(dtype=float),
+                              part["rollouts"].to_numpy(dtype=float))
+
+
 def replay_history(allocations: pd.DataFrame, settings: dict) -> pd.DataFrame:
     """Replay history estimators on the outcomes that runs recorded (their allocations tables,
     which need p_exact): every estimator sees the same rollouts, so their accuracy is compared
@@ -274,30 +294,18 @@ def replay_history(allocations: pd.DataFrame, settings: dict) -> pd.DataFrame:
     the exact p; ideal_mae and ideal_pearson, the same for the exact p at each prompt's previous
     visit (the best any history-only estimate can do); and the number of steps measured.
     """
-    from sera.history import SuccessHistory
-
     keys = keys_of(allocations)
     rows = []
     for values, run in _groups(allocations, keys):
-        steps = [part for _, part in run.sort_values(["step", "prompt"]).groupby("step")]
-        n_prompts = int(run["prompt"].max()) + 1
         for name, options in settings.items():
-            history = SuccessHistory(n_prompts, **options)
-            last = np.full(n_prompts, np.nan)
-            epoch, scores = 0, {"history": [], "ideal": []}
-            for part in steps:
-                for _ in range(int(part["epoch"].iloc[0]) - epoch):
-                    history.end_epoch()
-                epoch = int(part["epoch"].iloc[0])
-                ids = part["prompt"].to_numpy(dtype=np.int64)
+            last = np.full(int(run["prompt"].max()) + 1, np.nan)
+            scores = {"history": [], "ideal": []}
+            for part, ids, estimate, available in replay(run, **options):
                 exact = part["p_exact"].to_numpy(dtype=float)
-                estimate, available = history.estimate(ids)
                 if available.all():
                     scores["history"].append(_agreement(estimate, exact))
                 if not np.isnan(last[ids]).any():
                     scores["ideal"].append(_agreement(last[ids], exact))
-                history.record_groups(ids, part["successes"].to_numpy(dtype=float),
-                                      part["rollouts"].to_numpy(dtype=float))
                 last[ids] = exact
             row = {**dict(zip(keys, values, strict=True)), "estimator": name,
                    "steps": len(scores["history"])}

@@ -91,3 +91,34 @@ def test_the_stored_table_recomputes_from_the_stored_runs():
     mine = stored[stored["point"] == name].reset_index(drop=True)
     assert len(mine) == len(again)
     np.testing.assert_allclose(mine["brier"].to_numpy(), again["brier"].to_numpy(), rtol=1e-12)
+
+
+def test_replay_history_scores_the_same_replay_against_the_exact_p():
+    # sera.results.replay_history walks the recorded steps through the same replay as the Brier
+    # score; its history MAE, by hand: the mean over the steps whose prompts all had an estimate
+    # of the mean |p_hat - p| over the step's prompts.
+    from sera.results import replay_history
+
+    rng = np.random.default_rng(4)
+    p = rng.uniform(0.05, 0.95, 8)
+    table = _allocations(rng, p, steps=24, prompts_per_step=4, rollouts=rng.integers(2, 9, 8))
+    table["p_exact"] = p[table["prompt"]]
+    gamma = 0.6
+    got = replay_history(table, {"g": {"rule": "counts", "gamma": gamma}}).iloc[0]
+    s, f, seen = np.zeros(8), np.zeros(8), np.zeros(8, bool)
+    pend_s, pend_f = np.zeros(8), np.zeros(8)
+    errors, epoch = [], 0
+    for _, part in table.groupby("step"):
+        while part["epoch"].iloc[0] > epoch:
+            s, f = gamma * s + pend_s, gamma * f + pend_f
+            seen |= (pend_s + pend_f) > 0
+            pend_s[:], pend_f[:] = 0, 0
+            epoch += 1
+        q = part["prompt"].to_numpy()
+        if seen[q].all():
+            errors.append(np.abs((s[q] + 1) / (s[q] + f[q] + 2) - p[q]).mean())
+        np.add.at(pend_s, q, part["successes"].to_numpy())
+        np.add.at(pend_f, q, (part["rollouts"] - part["successes"]).to_numpy())
+    assert got["steps"] == len(errors) > 0
+    assert got["history_mae"] == pytest.approx(np.mean(errors), rel=1e-12)
+    assert got["ideal_mae"] == 0  # p never moves here: the previous visit's p is exact

@@ -25,8 +25,7 @@ import numpy as np
 import pandas as pd
 
 from sera import runstore
-from sera.history import SuccessHistory
-from sera.results import t_half_width
+from sera.results import replay, t_half_width
 from sera.tables import keys_of, with_arm
 
 DEFAULT = "counts 0.5"
@@ -52,23 +51,14 @@ def brier(allocations: pd.DataFrame, settings=None) -> pd.DataFrame:
     keys = keys_of(allocations) + (["arm"] if "arm" in allocations.columns else [])
     rows = []
     for values, run in allocations.groupby(keys, dropna=False, sort=False):
-        run = run.sort_values(["step", "prompt"])
-        n_prompts = int(run["prompt"].max()) + 1
-        steps = [(int(part["epoch"].iloc[0]), part["prompt"].to_numpy(np.int64),
-                  part["successes"].to_numpy(float), part["rollouts"].to_numpy(float))
-                 for _, part in run.groupby("step", sort=True)]
         for name, options in settings.items():
-            history, epoch = SuccessHistory(n_prompts, **options), 0
             total, scored = 0.0, 0.0
-            for visit_epoch, ids, successes, rollouts in steps:
-                for _ in range(visit_epoch - epoch):
-                    history.end_epoch()
-                epoch = visit_epoch
-                p_hat, available = history.estimate(ids)
-                s, n, p = successes[available], rollouts[available], p_hat[available]
+            for part, _, p_hat, available in replay(run, **options):
+                s = part["successes"].to_numpy(float)[available]
+                n = part["rollouts"].to_numpy(float)[available]
+                p = p_hat[available]
                 total += float(np.sum(s * (1 - p) ** 2 + (n - s) * p ** 2))
                 scored += float(n.sum())
-                history.record_groups(ids, successes, rollouts)
             rows.append({**dict(zip(keys, values, strict=True)), "setting": name,
                          "brier": total / scored if scored else np.nan, "rollouts": scored})
     return pd.DataFrame(rows)
