@@ -70,8 +70,8 @@ def test_a_page_cell_matches_an_independent_computation(name, arm, control, k):
 
 def test_each_arm_names_the_instruction_set_its_stored_runs_record():
     # Read back from the stored provenance without the point's run list: a run's arm is its
-    # method with the tag its learning rate or batch gives (half the point's MaxRL step: lr-half;
-    # half or twice its batch: batch-half, batch-double).
+    # method with the tag its learning rate, batch or bound gives (half the point's MaxRL step:
+    # lr-half; half or twice its batch: batch-half, batch-double; N_max = 2 n0: nmax-2).
     name = "math-n0-4-320-avx2"
     summary = json.loads((runstore.STUDY_DIR / name / "provenance.json").read_text())
     full_lr = max(r["config"]["lr"] for r in summary["runs"])
@@ -82,6 +82,7 @@ def test_each_arm_names_the_instruction_set_its_stored_runs_record():
         if config.get("agg") != "token-mean" or config["allocator"]["n_min"] != 2:
             continue  # the seqnorm and n_min arms
         tag = " lr-half" if config["lr"] < full_lr else \
+            " nmax-2" if config["allocator"]["n_max_factor"] == 2 else \
             {batch // 2: " batch-half", 2 * batch: " batch-double"}.get(config["batch_size"], "")
         kinds = {start["cpu_capability"] for start in record["provenance"]
                  if "cpu_capability" in start}
