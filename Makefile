@@ -21,11 +21,13 @@ install: $(STAMP)
 # --no-compile: Python compiles each module the first time it is imported (and keeps the .pyc);
 # compiling all of torch, transformers and Jupyter up front took two thirds of the set-up time.
 # --no-cache-dir: a fresh machine never reads the cache again, and its disk may be short.
-$(STAMP): pyproject.toml
+# -c constraints.txt: the versions the committed figures and tables were made with (see its header).
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet --no-compile --no-cache-dir "$(TORCH)"
-	$(BIN)/pip install --quiet --no-compile --no-cache-dir -e ".[notebooks,train,dev]"
+	$(BIN)/pip install --quiet --no-compile --no-cache-dir -c constraints.txt "$(TORCH)"
+	$(BIN)/pip install --quiet --no-compile --no-cache-dir -c constraints.txt \
+		-e ".[notebooks,train,dev]"
 	touch $(STAMP)
 
 # Two notebooks side by side, one torch thread each (kernels inherit OMP_NUM_THREADS=1).
