@@ -122,3 +122,32 @@ def test_replay_history_scores_the_same_replay_against_the_exact_p():
     assert got["steps"] == len(errors) > 0
     assert got["history_mae"] == pytest.approx(np.mean(errors), rel=1e-12)
     assert got["ideal_mae"] == 0  # p never moves here: the previous visit's p is exact
+
+
+def test_regret_by_hand():
+    # two points, per-run Brier scores; at A the best is counts 0.8 (0.10), at B counts 0.2 (0.20)
+    rows = [("A", "counts 0.2", 0.13), ("A", "counts 0.2", 0.15), ("A", "counts 0.5", 0.11),
+            ("A", "counts 0.8", 0.10), ("B", "counts 0.2", 0.20), ("B", "counts 0.5", 0.22),
+            ("B", "counts 0.8", 0.27), ("A", "rate 0.5", 0.01), ("B", "rate 0.5", 0.01)]
+    table = pd.DataFrame(rows, columns=["point", "setting", "brier"])
+    gap = discount.regret(table)
+    assert "rate 0.5" not in gap.index
+    np.testing.assert_allclose(gap.loc["counts 0.2", ["A", "B"]], [0.04, 0.0], atol=1e-12)
+    np.testing.assert_allclose(gap["worst"], [0.04, 0.02, 0.07], atol=1e-12)
+    assert discount.chosen(table) == "counts 0.5"
+
+
+def test_sera_plans_with_the_discount_the_stored_study_chooses():
+    import inspect
+
+    from sera.history import SuccessHistory
+    from sera.methods import METHODS
+    from sera.trainers.config import AllocatorConfig
+
+    stored = pd.read_csv(runstore.DATA_DIR / "discount" / "brier.csv")
+    assert set(stored["point"]) == {*discount.POINTS, "digits"}
+    assert discount.chosen(stored) == discount.DEFAULT
+    gamma = inspect.signature(SuccessHistory).parameters["gamma"].default
+    assert discount.SETTINGS[discount.DEFAULT] == {"rule": METHODS["sera"].history_rule,
+                                                   "gamma": gamma}
+    assert AllocatorConfig().history_gamma == gamma  # what the trainers plan with

@@ -21,7 +21,7 @@ import pandas as pd
 
 from sera import runstore
 from sera.results import paired_gain, per_prompt_pass, verdict
-from sera.studies import confirm, digits
+from sera.studies import confirm, digits, discount
 
 MIN_SEEDS = 6
 """Fewer paired seeds than this: the per-seed differences are shown and no verdict is given."""
@@ -203,6 +203,7 @@ def page() -> str:
                      f"{point.config.steps} steps; MaxRL's level: {level}.\n\n"
                      f"{page_table(name)}\n")
     parts.append(digits_section())
+    parts.append(discount_section())
     return "\n".join(part for part in parts if part)
 
 
@@ -228,6 +229,26 @@ def digits_section() -> str:
             f"(`python -m sera.studies.digits`): digits, N0 = 16, 300 steps, held-out Pass@K exact "
             f"(each image's p); MaxRL's level: {level}.\n\n"
             f"{shown.to_markdown(index=False, disable_numparse=True)}\n")
+
+
+def discount_section() -> str:
+    """The history's discount study (sera.studies.discount) as a section of the page: each counts
+    discount's Brier regret per point and the choice; "" before the study is stored."""
+    path = runstore.DATA_DIR / "discount" / "brier.csv"
+    if not path.exists():
+        return ""
+    table = pd.read_csv(path)
+    gap = (1e4 * discount.regret(table)).round(1)
+    runs = table.groupby("point")["seed"].nunique()
+    gap.columns = [f"{c} ({runs[c]} seeds)" if c in runs else c for c in gap.columns]
+    return (f"## The history's discount\n\nHow well each discount of the paper's counts rule "
+            f"predicts a prompt's next visit, replayed on the stored runs' outcomes "
+            f"(`python -m sera.studies.discount`; digits runs trained for it): the Brier score "
+            f"minus the best discount's at each point, in 1e-4 (the difference is the mean "
+            f"squared error against the true p), and the worst over points. The chosen "
+            f"discount has the smallest worst regret: **{discount.chosen(table)}** "
+            f"(`sera` plans with {discount.DEFAULT}).\n\n"
+            f"{gap.reset_index().to_markdown(index=False, disable_numparse=True)}\n")
 
 
 def with_readme_table(readme: str, table: str) -> str:
