@@ -76,6 +76,15 @@ def table_file(name: str) -> str:
 
 
 FINAL = table_file("final")
+PREDICTION = "prediction.csv"
+"""A confirmation point's prediction, written once before its runs."""
+PROFILE = "profile.csv"
+"""A confirmation point's difficulty profile, the input of its prediction."""
+
+
+def stored_file(name: str) -> str:
+    """The file of the stored table `name` (metrics, final, allocations) in a point's folder."""
+    return f"{name}.csv.gz"
 
 
 @contextlib.contextmanager
@@ -231,7 +240,7 @@ def store_runs(folders, out, summary: dict, tables=TABLES, metrics=None,
             parts.append(table.assign(**(columns or {}).get(folder, {})))
         if not parts:
             continue
-        write_csv(pd.concat(parts, ignore_index=True), out / f"{name}.csv.gz",
+        write_csv(pd.concat(parts, ignore_index=True), out / stored_file(name),
                   float_format="%.6g")
     runs = []
     for folder in folders:
@@ -267,5 +276,5 @@ def stored_summary(folder) -> dict:
 def stored_tables(folder, tables=TABLES) -> dict[str, pd.DataFrame]:
     """The stored tables of a set of runs that exist, by name."""
     folder = Path(folder)
-    return {name: pd.read_csv(folder / f"{name}.csv.gz") for name in tables
-            if (folder / f"{name}.csv.gz").exists()}
+    return {name: pd.read_csv(folder / stored_file(name)) for name in tables
+            if (folder / stored_file(name)).exists()}

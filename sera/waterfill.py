@@ -42,9 +42,9 @@ class Interior:
     over its own prompts.
     """
 
-    # S at every breakpoint in one vectorised call costs as much as the log2(size) probes taken
-    # one by one between 2,000 and 3,000 breakpoints (40 us at 10^3, 340 us at 10^4, 56 ms at
-    # 10^6, against 65, 90 and 130 us probed; benchmarks/allocation_speed.py, part 4).
+    # Up to this many breakpoints S is evaluated at all of them in one vectorised call; beyond
+    # it the log2(size) probes taken one by one cost less (the crossing is measured by
+    # benchmarks/allocation_speed.py, part 4).
     VECTORISED_UP_TO = 2048
 
     def __init__(self, h: np.ndarray, lo: int, hi: int):
@@ -104,9 +104,8 @@ class Interior:
         return float(min(max(lam, start), end))
 
 
-# From this many interior prompts on the level is found by selection: one level costs as much as
-# by a sort at about 3*10^4 prompts, the exact rounding's two at about 8*10^4, and at 10^6 a sort
-# takes 60 ms against 11 (benchmarks/allocation_speed.py, part 4).
+# From this many interior prompts on the level is found by selection rather than a sort: past
+# the sizes where the two cost the same (benchmarks/allocation_speed.py, part 4, prints both).
 SELECT_FROM = 2**16
 SAMPLE = 4096  # prompts sampled per round; once no more are left, they are sorted
 _ROUNDS = 16  # then the rest is sorted whatever its size: no worse than a sort of everything

@@ -162,8 +162,8 @@ def bars(ax, x, height, width: float = 0.8, color=None, alpha=None, label=None):
                                 label=label)
     collection.sticky_edges.y.append(0.0)
     ax.add_collection(collection, autolim=True)
-    ax.autoscale(enable=None)  # the view follows when next needed (Axes.bar's eager one costs
-    return collection          # a slider's frame about 0.7 ms a call)
+    ax.autoscale(enable=None)  # the view follows when next needed (Axes.bar autoscales on
+    return collection          # every call, which a slider's frame would pay for)
 
 
 def integer_ticks(axis) -> None:
@@ -260,8 +260,8 @@ def _emptied(ax) -> None:
 def legend(ax, **kwargs):
     """ax.legend(**kwargs): a legend of the labelled artists in ax. Inside drawing_into, the
     legend ax showed last time comes back when `kwargs` and every entry (label and look of its
-    artist) are the same: a slider's figure seldom changes its legends, and making one costs a
-    frame about 2.7 ms (two in the waterline figure). Its position is worked out when drawn,
+    artist) are the same: a slider's figure seldom changes its legends, and making one is a
+    large part of a frame (benchmarks/slider_frames.py). Its position is worked out when drawn,
     as a new legend's would be."""
     if not _TARGETS:
         return ax.legend(**kwargs)

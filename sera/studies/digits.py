@@ -65,8 +65,8 @@ def run(seeds: int = SEEDS, progress: bool = True) -> int:
     many were stored. Refuses to train before the prediction is stored."""
     from sera.trainers import classification
 
-    if not (FOLDER / "prediction.csv").exists():
-        raise RuntimeError(f"no {FOLDER / 'prediction.csv'}: write the prediction first "
+    if not (FOLDER / runstore.PREDICTION).exists():
+        raise RuntimeError(f"no {FOLDER / runstore.PREDICTION}: write the prediction first "
                            "(python -m sera.studies.digits predict)")
     config = base()
     classification.run_grid(config, ["maxrl", *ARMS], [config.n0], list(range(seeds)), RUNS_DIR,
@@ -82,8 +82,8 @@ def compare() -> pd.DataFrame:
     """Each arm's gain over MaxRL in points of held-out Pass@K (mean of per-seed paired
     differences, Student-t interval over seeds) beside the stored prediction, and the results
     page's verdict (sera.results.verdict)."""
-    final = pd.read_csv(FOLDER / "final.csv.gz")
-    prediction = pd.read_csv(FOLDER / "prediction.csv").set_index(["arm", "k"])
+    final = pd.read_csv(FOLDER / runstore.stored_file("final"))
+    prediction = pd.read_csv(FOLDER / runstore.PREDICTION).set_index(["arm", "k"])
     rows = []
     for arm in ARMS:
         gains = paired_gain(final, arm, "maxrl", ks=KS)
@@ -115,12 +115,12 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=SEEDS)
     args = parser.parse_args(argv)
     if args.action == "predict":
-        if (FOLDER / "prediction.csv").exists():
-            print(f"{FOLDER / 'prediction.csv'} exists: a prediction is written once, before "
+        if (FOLDER / runstore.PREDICTION).exists():
+            print(f"{FOLDER / runstore.PREDICTION} exists: a prediction is written once, before "
                   "the runs", file=sys.stderr)
             return 1
-        runstore.write_csv(predict(), FOLDER / "prediction.csv")
-        print(f"wrote {FOLDER / 'prediction.csv'}")
+        runstore.write_csv(predict(), FOLDER / runstore.PREDICTION)
+        print(f"wrote {FOLDER / runstore.PREDICTION}")
     elif args.action == "run":
         print(f"stored {run(args.seeds)} runs in {FOLDER}")
     else:

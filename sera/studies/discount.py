@@ -38,6 +38,8 @@ SETTINGS = {
 """Rule and discount of each replayed estimator (keyword arguments of SuccessHistory)."""
 POINTS = ("math-n0-4-320-avx2", "maze-n0-8-long-sera", "math-n0-4-long", "maze-n0-8-long")
 """The stored long points whose recorded outcomes are replayed."""
+BRIER, EXACT = "brier.csv", "digits_exact.csv"
+"""The study's tables in its folder (data/discount/): per run and setting, and on digits."""
 ARMS = ("maxrl", "sera", "sera-rate", "sera lr-half")
 """Arms replayed where a point has them: uniform counts, and the allocations SERA made."""
 
@@ -101,7 +103,8 @@ def study(points=POINTS, arms=ARMS) -> pd.DataFrame:
     """`brier` over the stored long points' runs of the given arms, with a point column."""
     parts = []
     for name in points:
-        allocations = with_arm(pd.read_csv(runstore.STUDY_DIR / name / "allocations.csv.gz"))
+        stored = runstore.STUDY_DIR / name / runstore.stored_file("allocations")
+        allocations = with_arm(pd.read_csv(stored))
         allocations = allocations[allocations["arm"].isin(arms)]
         parts.append(brier(allocations).assign(point=name))
     return pd.concat(parts, ignore_index=True)
@@ -140,15 +143,15 @@ def main(argv=None) -> int:
         print("digits: mean absolute error against the exact p, and the ideal estimator's floor")
         print(shown.unstack("method").to_string())
         if args.out:
-            runstore.write_text(f"{args.out}/digits_exact.csv", exact.to_csv(index=False))
+            runstore.write_text(f"{args.out}/{EXACT}", exact.to_csv(index=False))
     if args.out:
         import json
 
         from sera.trainers.checkpoint import provenance
 
-        runstore.write_text(f"{args.out}/brier.csv", table.to_csv(index=False))
+        runstore.write_text(f"{args.out}/{BRIER}", table.to_csv(index=False))
         record = {**provenance(), "points": args.points, "digits_seeds": args.digits}
-        runstore.write_text(f"{args.out}/provenance.json", json.dumps(record, indent=1) + "\n")
+        runstore.write_text(f"{args.out}/{runstore.SUMMARY}", json.dumps(record, indent=1) + "\n")
     summary = against_default(table)
     shown = summary.assign(**{c: (1e4 * summary[c]).round(1)
                               for c in ("vs_default", "low", "high")})

@@ -49,7 +49,7 @@ def machines(name: str) -> dict[str, str]:
 
 def _prediction(name: str) -> pd.DataFrame:
     folder = runstore.STUDY_DIR / name
-    if not (folder / "prediction.csv").exists():
+    if not (folder / runstore.PREDICTION).exists():
         return pd.DataFrame(columns=["arm", "k", "gain"])
     return confirm.read_prediction(name)
 
@@ -116,7 +116,7 @@ def maxrl_level(name: str, ks=None) -> dict[int, float]:
 
 def stored_points() -> list[str]:
     return [name for name in confirm.POINTS
-            if (runstore.STUDY_DIR / name / "final.csv.gz").exists()]
+            if (runstore.STUDY_DIR / name / runstore.stored_file("final")).exists()]
 
 
 def _cell(row) -> str:
@@ -210,11 +210,11 @@ def page() -> str:
 def digits_section() -> str:
     """The regime map's digits check (sera.studies.digits) as a section of the page; "" before
     its runs are stored."""
-    if not (digits.FOLDER / "final.csv.gz").exists():
+    if not (digits.FOLDER / runstore.stored_file("final")).exists():
         return ""
     table = digits.compare()
     kinds = digits.machines()
-    final = pd.read_csv(digits.FOLDER / "final.csv.gz")
+    final = pd.read_csv(digits.FOLDER / runstore.stored_file("final"))
     mine = final[final["method"] == "maxrl"]
     level = ", ".join(f"Pass@{k} {100 * per_prompt_pass(mine, k).mean():.1f}" for k in digits.KS)
     against = kinds.get("maxrl", "unknown")
@@ -234,7 +234,7 @@ def digits_section() -> str:
 def discount_section() -> str:
     """The history's discount study (sera.studies.discount) as a section of the page: each counts
     discount's Brier regret per point and the choice; "" before the study is stored."""
-    path = runstore.DATA_DIR / "discount" / "brier.csv"
+    path = runstore.DATA_DIR / "discount" / discount.BRIER
     if not path.exists():
         return ""
     table = pd.read_csv(path)

@@ -121,10 +121,10 @@ def store(s: Sweep, runs_dir=RUNS_DIR) -> int:
 
 def load(name: str, store_dir=None) -> Results:
     folder = Path(store_dir or STUDY_DIR) / name
-    if not (folder / "final.csv.gz").exists():
+    if not (folder / runstore.stored_file("final")).exists():
         raise FileNotFoundError(f"no stored sweep {name!r} in {folder}; run "
                                 f"`python -m sera.tuning run {name}` (45-70 minutes on a core)")
-    metrics, final = (pd.read_csv(folder / f"{t}.csv.gz") for t in ("metrics", "final"))
+    metrics, final = (pd.read_csv(folder / runstore.stored_file(t)) for t in ("metrics", "final"))
     return Results(metrics, final, pd.DataFrame())
 
 

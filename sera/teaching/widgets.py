@@ -119,7 +119,7 @@ class Explorer(widgets.VBox):
         cost most of a full draw); otherwise the figure is drawn whole, keeping the last
         layout (the constrained layout costs half a frame). Python's collector runs once a
         frame, when the last frame's artists have just become garbage (left to itself it
-        stops every few frames for a sweep of the whole kernel, 0.1-0.3 s). Once the sliders
+        stops every few frames for a sweep of the whole kernel). Once the sliders
         rest for SETTLE seconds the figure is laid out and drawn whole again."""
         self._queued = False
         figure = self.figure
@@ -250,8 +250,8 @@ def _paint(figure, moving, pictures: dict) -> None:
     again unchanged, is painted from its picture: the RGBA pixels it gave when drawn alone on a
     transparent canvas, kept in `pictures` by its look (see _look), to within one level of 255
     of the artist drawn in place. Texts cost most of a blitted frame to lay out and render
-    (3.6 ms for one title of the waterline figure, a third of its paint); a slider seldom
-    changes a legend or most titles, and a picture is copied in a tenth of a millisecond. A
+    (benchmarks/slider_frames.py measures a frame); a slider seldom changes a legend or most
+    titles, and copying a picture costs far less than rendering the text. A
     text is pictured the second time it looks the same (the first time, `pictures` notes its
     look), so a title that changes with every frame costs no more than drawn in place."""
     renderer = figure.canvas.get_renderer()

@@ -323,7 +323,7 @@ def main(argv=None) -> int:
     print(f"{config.method} n0={config.n0} seed={config.seed}: mean cosine {cosine.mean():.4f}; "
           + ", ".join(f"pass@{k} {v:.4f}" for k, v in zip(final["k"], final["value"],
                                                            strict=True)))
-    print(f"metrics: {config.out}/metrics.csv")
+    print(f"metrics: {Path(config.out) / runstore.table_file('metrics')}")
     return 0 if math.isfinite(cosine.mean()) else 1
 
 

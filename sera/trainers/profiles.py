@@ -10,6 +10,7 @@ and torch, imported when a profile is measured.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import tempfile
 
 import numpy as np
@@ -37,7 +38,8 @@ def measure_profiles(samples: int = 32, out=PROFILES_FILE, progress: bool = True
 
     import torch
 
-    from sera.trainers import classification, math, maze
+    from sera.trainers import classification
+    from sera.trainers.presets import PRESETS
 
     start = time.time()
     parts = []
@@ -47,7 +49,8 @@ def measure_profiles(samples: int = 32, out=PROFILES_FILE, progress: bool = True
         parts.append(pd.DataFrame({"study": "digits", "prompt": np.arange(study.n_prompts),
                                    "p": study.exact_p(np.arange(study.n_prompts)),
                                    "samples": np.nan}))
-        for name, module in (("maze", maze), ("math", math)):
+        for name in PRESETS:  # every sequence task, its trainer sera.trainers.<task>
+            module = importlib.import_module(f"sera.trainers.{name}")
             config = dataclasses.replace(module.PRESETS["fast"], out=f"{folder}/{name}",
                                          device="cpu", progress=progress)
             p = measure_profile(config, module.build, samples)

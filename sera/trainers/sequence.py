@@ -342,5 +342,5 @@ def report(config: SequenceConfig, results: loop.Results) -> int:
     final = table[(table["metric"] == "pass") & table["k"].isin([1, config.final_samples])]
     print(f"{config.method} {config.agg} seed={config.seed}: " + ", ".join(
         f"pass@{k} {v:.4f}" for k, v in zip(final["k"], final["value"], strict=True)))
-    print(f"metrics: {config.out}/metrics.csv")
+    print(f"metrics: {Path(config.out) / runstore.table_file('metrics')}")
     return 0

@@ -66,10 +66,10 @@ def show(name: str) -> None:
     while no seed has both MaxRL and a treatment stored."""
     print(status([name]).drop(columns="command").to_string(index=False))
     folder = runstore.STUDY_DIR / name
-    table = compare(name) if (folder / "final.csv.gz").exists() else pd.DataFrame()
+    table = compare(name) if (folder / runstore.stored_file("final")).exists() else pd.DataFrame()
     if table.empty:
         print("no paired runs stored yet; the prediction (predicted gain over MaxRL):")
-        if (folder / "prediction.csv").exists():
+        if (folder / runstore.PREDICTION).exists():
             print(read_prediction(name).round(3).to_string(index=False))
         return
     print(table.drop(columns="per_seed").round(3).to_string(index=False))

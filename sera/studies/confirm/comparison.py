@@ -26,7 +26,7 @@ def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
     """Predicted beside measured gain over MaxRL per arm and K: the prediction written before
     the runs, and the stored runs' paired gain with its Student-t interval over seeds."""
     final = stored_table(name, "final", store_dir).assign(method=lambda t: t["arm"])
-    if (Path(store_dir or runstore.STUDY_DIR) / name / "prediction.csv").exists():
+    if (Path(store_dir or runstore.STUDY_DIR) / name / runstore.PREDICTION).exists():
         prediction = read_prediction(name, store_dir)
     else:
         prediction = pd.DataFrame(columns=["arm", "k", "gain", "low", "high", "seeds_needed"])
@@ -47,8 +47,9 @@ def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
 
 def compare_points(names, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
     """`compare` for every point of `names` that has stored runs, with a point column."""
+    folder = Path(store_dir or runstore.STUDY_DIR)
     parts = [compare(name, ks, store_dir).assign(point=name) for name in names
-             if (Path(store_dir or runstore.STUDY_DIR) / name / "final.csv.gz").exists()]
+             if (folder / name / runstore.stored_file("final")).exists()]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["point", "arm", "k"])
 
@@ -64,13 +65,13 @@ def status(names=None, store_dir=None) -> pd.DataFrame:
         planned = summary.get("runs_planned")
         if planned is None:
             planned = (len(point.configs())
-                       if point.seeds is not None or (folder / "prediction.csv").exists()
+                       if point.seeds is not None or (folder / runstore.PREDICTION).exists()
                        else None)
         rows.append({"point": name, "task": point.task, "n0": point.config.n0,
                      "steps": point.config.steps, "runs stored": summary.get("runs_stored", 0),
                      "runs planned": planned,
                      "wall hours": round(summary.get("wall_s", 0.0) / 3600, 2),
-                     "predicted": (folder / "prediction.csv").exists(),
+                     "predicted": (folder / runstore.PREDICTION).exists(),
                      "command": f"python -m sera.confirm run {name}"})
     return pd.DataFrame(rows)
 
@@ -107,7 +108,7 @@ def verify(point: Point, seeds: int = 2, runs_dir=None, ks=(1, 8, 32, 128),
     warm-up trained here, and say whether the stored conclusions hold (`results.reproduction`
     per arm against MaxRL and K). Nothing is stored: the runs stay in runs_dir/<point>/
     (runs_dir: default_verify_dir())."""
-    if not (runstore.STUDY_DIR / point.name / "final.csv.gz").exists():
+    if not (runstore.STUDY_DIR / point.name / runstore.stored_file("final")).exists():
         raise FileNotFoundError(f"{point.name!r} has no stored runs to verify")
     seeds = int(seeds)
     if seeds < 1:

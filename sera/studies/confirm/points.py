@@ -167,7 +167,7 @@ def point(name: str) -> Point:
 
 def read_prediction(name: str, store_dir=None) -> pd.DataFrame:
     """A point's prediction as written before its runs (data/study/<point>/prediction.csv)."""
-    return pd.read_csv(Path(store_dir or runstore.STUDY_DIR) / name / "prediction.csv",
+    return pd.read_csv(Path(store_dir or runstore.STUDY_DIR) / name / runstore.PREDICTION,
                        comment="#")
 
 
@@ -176,7 +176,7 @@ def n_seeds(point: Point) -> int:
     at the point's K (stored in its prediction.csv)."""
     if point.seeds is not None:
         return point.seeds
-    if not (runstore.STUDY_DIR / point.name / "prediction.csv").exists():
+    if not (runstore.STUDY_DIR / point.name / runstore.PREDICTION).exists():
         raise FileNotFoundError(f"{point.name} takes its seeds from its prediction: run "
                                 f"`python -m sera.confirm predict {point.name}` first")
     table = read_prediction(point.name)

@@ -48,7 +48,7 @@ def profile(point: Point, runs_dir=None, samples: int = PROFILE_SAMPLES) -> np.n
     warm-up, measured once (warming up first if needed) and stored beside its tables."""
     from sera.trainers.profiles import measure_profile
 
-    path = runstore.STUDY_DIR / point.name / "profile.csv"
+    path = runstore.STUDY_DIR / point.name / runstore.PROFILE
     if path.exists():
         return pd.read_csv(path, comment="#")["p"].to_numpy()
     folder = point.folder(runs_dir)
@@ -70,7 +70,7 @@ def predict(point: Point, repetitions: int = 24, lr: float = 1.0, runs_dir=None,
     the warm-up), with the seeds the power calculation asks for; written to
     data/study/<point>/prediction.csv once (a prediction is made before the runs and not
     rewritten unless overwrite)."""
-    path = runstore.STUDY_DIR / point.name / "prediction.csv"
+    path = runstore.STUDY_DIR / point.name / runstore.PREDICTION
     if path.exists() and not overwrite:
         return read_prediction(point.name)
     if point.calibrate_on is not None:

@@ -24,7 +24,7 @@ def run(point: Point, runs_dir=None, progress: bool = True) -> Results:
     Refuses (FileNotFoundError) a point without a stored prediction: predicting may train the
     warm-up and measure the difficulty profile, which `python -m sera.confirm predict` does
     on its own, before any run."""
-    if not (runstore.STUDY_DIR / point.name / "prediction.csv").exists():
+    if not (runstore.STUDY_DIR / point.name / runstore.PREDICTION).exists():
         raise FileNotFoundError(
             f"{point.name} has no stored prediction, and a point's prediction is written before "
             f"its runs: run `python -m sera.confirm predict {point.name}` first (it may train "
@@ -163,10 +163,10 @@ def load(name: str, store_dir=None) -> Results:
 def stored_table(name: str, table: str, store_dir=None) -> pd.DataFrame:
     """One stored table of a point, with its arm column."""
     folder = Path(store_dir or runstore.STUDY_DIR) / name
-    if not (folder / "final.csv.gz").exists():
+    if not (folder / runstore.stored_file("final")).exists():
         raise FileNotFoundError(f"no stored runs for {name!r} in {folder}; run "
                                 f"`python -m sera.confirm run {name}` (hours on two cores)")
-    return with_arm(pd.read_csv(folder / f"{table}.csv.gz"))
+    return with_arm(pd.read_csv(folder / runstore.stored_file(table)))
 
 
 def stored(name: str, store_dir=None) -> dict:
