@@ -27,6 +27,23 @@ def test_bands_follow_their_edges():
         diagnosis.difficulty_band([0.5, 1.5])
 
 
+def test_evidence_counts_successes_in_mixed_groups_per_step_and_half():
+    # steps 0 and 1 are the first half, 2 and 3 the second (step = epoch in `visit`)
+    rows = [visit("maxrl", 0, 0, 0, 4, 2), visit("maxrl", 0, 0, 1, 4, 4),  # 2 (all-success: 0)
+            visit("maxrl", 0, 1, 0, 4, 1), visit("maxrl", 0, 1, 1, 4, 3),  # 4
+            visit("maxrl", 0, 2, 0, 4, 0), visit("maxrl", 0, 3, 0, 4, 3),  # 0, then 3
+            visit("maxrl", 1, 0, 0, 4, 1), visit("maxrl", 1, 1, 0, 4, 1),  # 1, 1
+            visit("maxrl", 1, 2, 0, 4, 2), visit("maxrl", 1, 3, 0, 4, 2),  # 2, 2
+            visit("sera-rate", 0, 0, 0, 8, 1), visit("sera-rate", 0, 3, 0, 2, 1),
+            visit("sera-rate", 0, 3, 1, 0, 0)]  # no rollouts: left out
+    got = diagnosis.evidence(pd.DataFrame(rows))
+    # seed by seed: maxrl first half (2 + 4 + 1 + 1) / 4 steps, second (0 + 3 + 2 + 2) / 4
+    assert got.loc["maxrl", "first"] == pytest.approx(8 / 4)
+    assert got.loc["maxrl", "second"] == pytest.approx(7 / 4)
+    assert got.loc["sera-rate", "first"] == 1 and got.loc["sera-rate", "second"] == 1
+    assert list(got["seeds"]) == [2, 1]
+
+
 def test_training_curves_count_visits_and_rollouts_in_mixed_groups():
     table = pd.DataFrame([visit("maxrl", 0, 0, 0, 4, 0), visit("maxrl", 0, 0, 1, 4, 2),
                           visit("sera-rate", 0, 0, 0, 6, 1), visit("sera-rate", 0, 0, 1, 2, 2),

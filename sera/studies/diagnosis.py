@@ -18,6 +18,8 @@ simulator's allocations for a point's arms come from `sera.studies.confirm.simul
 - `selection_binding`: how often the paper's observability-guided selection would have dropped
   a prompt along stored runs, from the estimates they planned with or from the paper's counts
   rule replayed on their outcomes;
+- `evidence`: per arm, the successes a step's mixed groups hold (the responses a MaxRL update
+  learns from) in the first and second half of the steps, averaged over steps and seeds;
 - `drift`: how far a logged metric (held-out Pass@1, token entropy, response length) moved over
   each run, and the share of seeds that ended below where they started, which flags an arm that
   made its model worse than the warm-up rather than merely improving it more slowly.
@@ -180,6 +182,21 @@ def selection_binding(allocations: pd.DataFrame, u_min: float, rule: str | None 
                     "visits": float(np.mean(visits)) if visits else np.nan})
     return pd.DataFrame(out).groupby("arm", sort=False)[["planned", "batches", "visits"]].agg(
         {"planned": "sum", "batches": "mean", "visits": "mean"})
+
+
+def evidence(allocations: pd.DataFrame) -> pd.DataFrame:
+    """Per arm (rows): the successes in groups holding both outcomes per step, mean over the steps
+    of each half of the run (`first`, `second`) and over seeds; `seeds`. Read from the stored
+    allocations (one row per prompt visit), so it exists for runs that predate the trainers'
+    `mixed_successes` metric."""
+    table = _with_rates(allocations)
+    table["evidence"] = table["successes"] * table["mixed"]
+    per_step = table.groupby(["arm", "seed", "step"], as_index=False)["evidence"].sum()
+    middle = (per_step["step"].min() + per_step["step"].max() + 1) / 2
+    per_step["half"] = np.where(per_step["step"] < middle, "first", "second")
+    out = per_step.groupby(["arm", "half"])["evidence"].mean().unstack("half")
+    out["seeds"] = per_step.groupby("arm")["seed"].nunique()
+    return out
 
 
 def drift(metrics: pd.DataFrame, metric: str = "val_pass", k: int | None = 1,

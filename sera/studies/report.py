@@ -25,8 +25,9 @@ from sera.studies import confirm, digits, discount
 
 MIN_SEEDS = 6
 """Fewer paired seeds than this: the per-seed differences are shown and no verdict is given."""
-README_ARMS = ("sera", "sera lr-half", "sera-rate")
-"""The arms of the README's short table: the paper's method, it at half the step, the variant."""
+README_ARMS = ("sera", "sera lr-half", "sera-evidence-step", "sera-rate")
+"""The arms of the README's short table: the paper's method, it at half the step, the remedy
+candidate (its step scaled by the evidence, sera.evidence) and the package's variant."""
 README_START = "<!-- results table: python -m sera.studies.report -->"
 README_END = "<!-- end of results table -->"
 
