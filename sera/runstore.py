@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import importlib.resources
 import json
 import os
 import tempfile
@@ -33,9 +34,11 @@ import pandas as pd
 from sera.tables import RUN_KEYS, TABLES
 
 HOME_VARIABLE = "SERA_HOME"
-SHIPPED = Path(__file__).resolve().parent / "_data"
-"""The data shipped with the package: the paper's reference numbers, the difficulty profiles and
-the stored studies (in a checkout, a link to its data/ folder; in a wheel, a copy)."""
+SHIPPED = Path(str(importlib.resources.files("sera").joinpath("_data"))).resolve()
+"""The data shipped with the package, found through importlib.resources: the paper's reference
+numbers, the difficulty profiles and the stored studies (in a checkout, a link to its data/
+folder; in a wheel, a copy). Read as files, so the package must be installed unzipped, as pip
+installs it."""
 
 
 def _checkout() -> Path | None:
