@@ -3,6 +3,7 @@ environment asks for, each pin inside pyproject's range, and the environment mak
 them."""
 
 import sys
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
@@ -60,7 +61,11 @@ def test_every_requirement_is_pinned_inside_its_range():
 @pytest.mark.skipif(Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
                     reason="not running in the environment make builds")
 def test_the_environment_make_built_holds_the_pins():
-    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    # the environment's own site-packages only: an imported setuptools puts the copies of
+    # packaging and platformdirs it vendors on sys.path too
+    folders = sorted({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})
+    installed = {canonicalize_name(d.metadata["Name"]): d.version
+                 for d in metadata.distributions(path=folders)}
     wrong = {name: (version, installed.get(name)) for name, version in _pins().items()
              if installed.get(name) != version}
     assert not wrong, f"pinned, installed: {wrong}"
