@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from sera import runstore
 from sera.studies import discount
 
 
@@ -85,7 +84,7 @@ def test_against_default_pairs_runs():
 
 
 def test_the_stored_table_recomputes_from_the_stored_runs():
-    stored = pd.read_csv(runstore.DATA_DIR / "discount" / discount.BRIER)
+    stored = pd.read_csv(discount.FOLDER / discount.BRIER)
     name = "math-n0-4-320-avx2"
     again = discount.study([name])
     mine = stored[stored["point"] == name].reset_index(drop=True)
@@ -144,7 +143,7 @@ def test_sera_plans_with_the_discount_the_stored_study_chooses():
     from sera.methods import METHODS
     from sera.trainers.config import AllocatorConfig
 
-    stored = pd.read_csv(runstore.DATA_DIR / "discount" / discount.BRIER)
+    stored = pd.read_csv(discount.FOLDER / discount.BRIER)
     assert set(stored["point"]) == {*discount.POINTS, "digits"}
     assert discount.chosen(stored) == discount.DEFAULT
     gamma = inspect.signature(SuccessHistory).parameters["gamma"].default

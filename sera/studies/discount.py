@@ -38,8 +38,10 @@ SETTINGS = {
 """Rule and discount of each replayed estimator (keyword arguments of SuccessHistory)."""
 POINTS = ("math-n0-4-320-avx2", "maze-n0-8-long-sera", "math-n0-4-long", "maze-n0-8-long")
 """The stored long points whose recorded outcomes are replayed."""
+FOLDER = runstore.DATA_DIR / "discount"
+"""Where the study is stored."""
 BRIER, EXACT = "brier.csv", "digits_exact.csv"
-"""The study's tables in its folder (data/discount/): per run and setting, and on digits."""
+"""The study's tables in FOLDER: per run and setting, and on digits."""
 ARMS = ("maxrl", "sera", "sera-rate", "sera lr-half")
 """Arms replayed where a point has them: uniform counts, and the allocations SERA made."""
 
@@ -131,7 +133,7 @@ def main(argv=None) -> int:
     parser.add_argument("points", nargs="*", default=list(POINTS))
     parser.add_argument("--digits", type=int, default=0,
                         help="also train this many seeds of MaxRL and sera on digits")
-    parser.add_argument("--out", default=str(runstore.DATA_DIR / "discount"),
+    parser.add_argument("--out", default=str(FOLDER),
                         help="folder of the per-run tables ('' writes nothing)")
     args = parser.parse_args(argv)
     table = study(args.points)

@@ -235,7 +235,7 @@ def digits_section() -> str:
 def discount_section() -> str:
     """The history's discount study (sera.studies.discount) as a section of the page: each counts
     discount's Brier regret per point and the choice; "" before the study is stored."""
-    path = runstore.DATA_DIR / "discount" / discount.BRIER
+    path = discount.FOLDER / discount.BRIER
     if not path.exists():
         return ""
     table = pd.read_csv(path)
