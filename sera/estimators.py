@@ -93,20 +93,28 @@ def _group_stats(rewards, inverse, n_groups, xp):
     return size[inverse], mean[inverse]
 
 
-def maxrl_advantages(rewards, groups=None, centered=True, *, sizes=None):
+def maxrl_advantages(rewards, groups=None, centered=True, *, sizes=None, floor: float = 0.0):
     """MaxRL advantages A_i = (r_i - rbar_g) / rbar_g (centered) or r_i / rbar_g (uncentered):
     rewards (R,) in [0, 1], groups (R,) or sizes (B,) in the ragged layout above; returns (R,).
 
     rbar_g is the mean reward of response i's group; a group without success gets A = 0. With
     these advantages the per-prompt estimator (1/N) sum_i A_i grad log pi(y_i) has expectation
     kappa(p, N) grad log p (sera.kappa). Derivation: notebooks/01_finite_rollout_fidelity.ipynb.
+
+    floor > 0 divides by max(rbar_g, floor) instead (the `sera-capped` variant, floor 1 / n0):
+    a group whose mean is at least the floor is scored as above, and a rare success in a large
+    group gets at most (1 - rbar_g) / floor; the expectation is then no longer kappa's.
     """
+    if not 0.0 <= floor <= 1.0:
+        raise ValueError(f"floor must lie in [0, 1]; got {floor}")
     rewards, inverse, n_groups, xp = _grouping(rewards, groups, sizes)
     if bool((rewards < 0).any()):
         raise ValueError("MaxRL rewards must be >= 0 (success indicators); got a negative reward")
     _, mean = _group_stats(rewards, inverse, n_groups, xp)
     positive = mean > 0
     safe = xp.where(positive, mean, xp.ones_like(mean))
+    if floor > 0:
+        safe = safe.clip(min=floor)  # numpy and torch alike
     advantage = (rewards - mean) / safe if centered else rewards / safe
     return xp.where(positive, advantage, xp.zeros_like(advantage))
 

@@ -9,7 +9,8 @@ success probabilities where a task knows them. The package's own variants carry 
 `sera-rate` plans from the rate rule (each epoch's success rate counted as 16 trials) with the
 selection off, as every SERA run stored before the paper's method was separated from it did, and
 `sera-rate-safeguard` adds a strong selection (u_min 0.3); `sera-evidence-step` scales each
-step by the evidence it rests on (sera.evidence), a candidate remedy. The rules SERA is
+step by the evidence it rests on (sera.evidence) and `sera-capped` floors MaxRL's group mean at
+1 / n0, two candidate remedies. The rules SERA is
 compared with (docs/baselines.md) come with their own estimator and weighting, and where it
 separates the allocation rule from the estimator also as `<rule>-maxrl` (MaxRL advantages with
 the multiplicity weights n0 / N_q). Names ending in `-reconstruction` are reconstructions from
@@ -90,6 +91,9 @@ class Method:
     evidence_step: bool = False
     """Scale each step's learning rate by sera.evidence.evidence_scale: min(1, the successes in
     the step's mixed groups over what uniform counts would give at the estimates)."""
+    lone_success_cap: bool = False
+    """Score with the group mean floored at 1 / n0 (maxrl_advantages' floor): a rare success in a
+    group larger than n0 weighs at most what one success among n0 would."""
 
     @property
     def maxrl(self) -> bool:
@@ -152,6 +156,10 @@ def _own_entries():
                  "the paper's sera with each step's learning rate scaled by min(1, its successes "
                  "in mixed groups / those uniform counts would give at the estimates): a remedy "
                  "candidate, not the paper's", selection=U_MIN, evidence_step=True)
+    yield Method("sera-capped", "history", "waterline", maxrl_advantages,
+                 "the paper's sera with MaxRL's group mean floored at 1 / n0, so that a lone "
+                 "success in a large group weighs what one among n0 would: a remedy candidate, "
+                 "not the paper's", selection=U_MIN, lone_success_cap=True)
     yield Method("reweight", "history", "reweight", maxrl_advantages,
                  "inverse-fidelity reweighting: n0 each, MaxRL x 1 / kappa(p_hat, n0) on the "
                  "rate rule's estimates", history_rule="rate")

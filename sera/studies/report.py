@@ -21,7 +21,7 @@ import pandas as pd
 
 from sera import runstore
 from sera.results import paired_gain, per_prompt_pass, verdict
-from sera.studies import confirm, digits, discount
+from sera.studies import confirm, digits, discount, screen
 
 MIN_SEEDS = 6
 """Fewer paired seeds than this: the per-seed differences are shown and no verdict is given."""
@@ -203,9 +203,40 @@ def page() -> str:
         parts.append(f"## {name}\n\n{point.task}, N0 = {point.config.n0}, "
                      f"{point.config.steps} steps; MaxRL's level: {level}.\n\n"
                      f"{page_table(name)}\n")
+    parts.append(screen_section())
     parts.append(digits_section())
     parts.append(discount_section())
     return "\n".join(part for part in parts if part)
+
+
+def screen_section() -> str:
+    """The screen (sera.studies.screen) of every arm of every stored point, beside the arm's
+    final Pass@1 gain over MaxRL at that point."""
+    rows = []
+    for name in stored_points():
+        table = screen.gaps(name)
+        if table.empty:
+            continue
+        final = point_table(name)
+        final = final[(final["against"] == "maxrl") & (final["k"] == 1)].set_index("arm")
+        first, last = screen.steps_of(name)
+        for row in table.itertuples():
+            rows.append({
+                "point": name, "steps": f"{first}-{last}", "arm": row.arm, "seeds": row.seeds,
+                "training reward gap [95% interval]":
+                    f"{row.gap:+.1f} [{row.low:+.1f}, {row.high:+.1f}]",
+                "passes": "yes" if row.passes else "no",
+                "final Pass@1 gain": _cell(final.loc[row.arm]) if row.arm in final.index
+                else ""})
+    if not rows:
+        return ""
+    return (f"## The screen: training reward in epochs {screen.EPOCHS[0]}-{screen.EPOCHS[1]}\n\n"
+            f"Each arm's mean training reward over the steps of epochs {screen.EPOCHS[0]}-"
+            f"{screen.EPOCHS[1]} minus MaxRL's at the same seed, in points, with its 95% interval "
+            f"over seeds (`sera.studies.screen`), beside the arm's Pass@1 gain at the point's "
+            f"last step. An arm passes at a mean of {screen.PASS:+.1f} or above, a rule set on "
+            f"the math points; on the mazes the gap does not foretell Pass@1.\n\n"
+            f"{pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)}\n")
 
 
 def digits_section() -> str:

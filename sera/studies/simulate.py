@@ -45,6 +45,7 @@ from sera.tables import TABLES, Results
 from sera.trainers import loop
 from sera.trainers.config import RunConfig
 from sera.trainers.profiles import PROFILES_FILE, measure_profiles
+from sera.trainers.steps import advantages as method_advantages
 from sera.trainers.steps import step_scale
 
 ZERO = 0.05
@@ -136,7 +137,7 @@ class SimulatedStudy:
             return
         counts, rewards = self._groups(ids)
         kept = counts > 0
-        advantages = run.method.advantages(rewards, sizes=counts[kept])
+        advantages = method_advantages(run.method, rewards, counts[kept], allocation.n0)
         owner = np.repeat(np.arange(ids.size), counts)
         p = self.p_of(ids)
         step = np.bincount(owner, advantages * (rewards - p[owner]), ids.size)

@@ -13,6 +13,7 @@ notebooks/04_gradient_cosine_study.ipynb.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -191,8 +192,8 @@ class ClassificationStudy:
             rows = torch.repeat_interleave(torch.arange(ids.size, device=self.device),
                                            torch.as_tensor(counts, device=self.device))
             labels = torch.cat(labels)
-            _, values = label_rollouts.advantages(self.method.advantages, rows, labels, targets,
-                                            counts)
+            scorer = functools.partial(steps.advantages, self.method, n0=allocation.n0)
+            _, values = label_rollouts.advantages(scorer, rows, labels, targets, counts)
             per_class = label_rollouts.class_weights(rows, labels, values, ids.size,
                                                self.data.n_classes)
             weights = torch.as_tensor(allocation.weights, device=self.device)

@@ -115,7 +115,7 @@ class SequenceStudy:
         owner = np.repeat(np.arange(ids.size), counts)
         responses = [r for g in groups for r, _ in g]
         rewards = np.array([reward for g in groups for _, reward in g])
-        advantages = self.method.advantages(rewards, sizes=counts[counts > 0])
+        advantages = steps.advantages(self.method, rewards, counts[counts > 0], allocation.n0)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         _, entropy = sequence_loss(self.model, [task.train_prompts[ids[o]] for o in owner],

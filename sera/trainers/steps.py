@@ -1,10 +1,20 @@
-"""The learning rate of one optimizer step, where a method scales it (sera.evidence)."""
+"""What a method changes at one optimizer step: its advantages (a capped lone success) and its
+learning rate (an evidence-scaled step, sera.evidence)."""
 
 from __future__ import annotations
 
 import contextlib
 
 from sera.evidence import evidence_scale
+
+
+def advantages(method, rewards, sizes, n0: int):
+    """The method's advantages of a step's responses, rewards (R,) in groups of sizes (B,) with
+    rollouts: its advantage function, with the group mean floored at 1 / n0 where the method caps
+    a lone success (Method.lone_success_cap)."""
+    if method.lone_success_cap:
+        return method.advantages(rewards, sizes=sizes, floor=1.0 / n0)
+    return method.advantages(rewards, sizes=sizes)
 
 
 def step_scale(method, outcome) -> float | None:

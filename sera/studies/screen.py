@@ -1,0 +1,64 @@
+"""The screen: how far an arm's training reward falls behind MaxRL's early in a run.
+
+A collapse of the paper's SERA on the long math runs shows long before its held-out Pass@1 does:
+over epochs 2-5 (the first epoch plans uniform counts; from the second the history plans) the
+arms that later fell behind MaxRL already earned less training reward. `gaps` measures it from a
+point's stored metrics, per arm against MaxRL at the same seed, so that a remedy candidate can be
+screened with short runs (math-n0-4-96-avx2) before it is confirmed with long ones.
+
+The statistic is the mean over the steps of epochs 2-5 of each step's training reward (the mean
+success rate over the step's prompts, sera.trainers.loop), the arm's minus MaxRL's at the same
+seed, in points; the interval is Student-t over seeds. A candidate passes when its mean is at
+least PASS. The rule was set on the stored math runs, where it separates every arm that ended
+more than 5 points behind MaxRL at Pass@1 from every arm that ended within 3; on the mazes it
+does not (there `sera lr-half` is 3.6 points behind in training reward and level at Pass@1), so
+it screens math candidates only. The results page shows each arm's gap beside its final Pass@1
+gain: the screen ranks candidates and decides nothing on its own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sera.results import t_half_width
+from sera.studies import confirm
+
+EPOCHS = (2, 5)
+"""The epochs the screen averages over, counted from 1, both included."""
+PASS = -1.0
+"""The least mean gap, in points of training reward, at which a candidate passes the screen."""
+
+
+def steps_of(name: str) -> tuple[int, int]:
+    """The first and last step (both included) of the screen's epochs at a point: an epoch is
+    the point's training prompts over its batch size."""
+    config = confirm.point(name).config
+    per_epoch = config.n_train // config.batch_size
+    return (EPOCHS[0] - 1) * per_epoch, EPOCHS[1] * per_epoch - 1
+
+
+def gaps(name: str) -> pd.DataFrame:
+    """Per arm of a stored point other than MaxRL: the mean gap in points, its 95% interval over
+    the seeds both arms ran, the seeds, the per-seed gaps and whether it passes (mean >= PASS).
+    Empty where the point's runs stop before the screen's last step."""
+    first, last = steps_of(name)
+    metrics = confirm.load(name).metrics
+    rewards = metrics[(metrics["metric"] == "train_reward") & metrics["step"].between(first, last)]
+    columns = ["point", "arm", "seeds", "gap", "low", "high", "per_seed", "passes"]
+    if rewards.empty or int(rewards["step"].max()) < last:
+        return pd.DataFrame(columns=columns)
+    per_seed = rewards.groupby(["arm", "seed"])["value"].mean().unstack("seed")
+    if "maxrl" not in per_seed.index:
+        return pd.DataFrame(columns=columns)
+    differences = 100 * per_seed.sub(per_seed.loc["maxrl"], axis=1)
+    rows = []
+    for arm, values in differences.drop(index="maxrl").iterrows():
+        values = values.dropna()
+        gap = float(values.mean())
+        half = float(t_half_width(values.std(ddof=1), values.size)) if values.size > 1 \
+            else np.nan
+        rows.append({"point": name, "arm": arm, "seeds": int(values.size), "gap": gap,
+                     "low": gap - half, "high": gap + half,
+                     "per_seed": tuple(float(v) for v in values), "passes": gap >= PASS})
+    return pd.DataFrame(rows, columns=columns)
