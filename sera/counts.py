@@ -45,8 +45,8 @@ class Allocation:
             capacity-minimal set, or when a batch fell back to uniform counts.
         rule: what set the counts: a rule of sera.allocation.RULES ("paper" or "exact", the
             waterline and its rounding; "uniform"; "knapsack", "gvm", "dars-hw", "dars-et"),
-            "cero" (a stateful allocator), or a protocol that samples in rounds ("dynamic",
-            "two-stage", "probe-commit").
+            "cero" (a stateful allocator), "evidence-waterline" (sera.evidence), or a protocol
+            that samples in rounds ("dynamic", "two-stage", "probe-commit").
         n0: the reference count in the weights.
     """
 

@@ -9,8 +9,9 @@ success probabilities where a task knows them. The package's own variants carry 
 `sera-rate` plans from the rate rule (each epoch's success rate counted as 16 trials) with the
 selection off, as every SERA run stored before the paper's method was separated from it did, and
 `sera-rate-safeguard` adds a strong selection (u_min 0.3); `sera-evidence-step` scales each
-step by the evidence it rests on (sera.evidence) and `sera-capped` floors MaxRL's group mean at
-1 / n0, two candidate remedies. The rules SERA is
+step by the evidence it rests on (sera.evidence), `sera-evidence-waterline` holds the waterline
+where it would cost evidence, and `sera-capped` floors MaxRL's group mean at 1 / n0: candidate
+remedies. The rules SERA is
 compared with (docs/baselines.md) come with their own estimator and weighting, and where it
 separates the allocation rule from the estimator also as `<rule>-maxrl` (MaxRL advantages with
 the multiplicity weights n0 / N_q). Names ending in `-reconstruction` are reconstructions from
@@ -27,7 +28,7 @@ from functools import partial
 import numpy as np
 
 from sera import _checks
-from sera.allocation import Allocation, allocate, uniform
+from sera.allocation import Allocation, allocate, from_counts, uniform
 from sera.baselines import CeroAllocator
 from sera.estimators import (
     grpo_advantages,
@@ -35,6 +36,7 @@ from sera.estimators import (
     rl2ml_advantages,
     rloo_advantages,
 )
+from sera.evidence import evidence_waterline, expected_mixed_successes
 from sera.fidelity import kappa
 from sera.history import SuccessHistory
 from sera.timing import timed
@@ -91,6 +93,10 @@ class Method:
     evidence_step: bool = False
     """Scale each step's learning rate by sera.evidence.evidence_scale: min(1, the successes in
     the step's mixed groups over what uniform counts would give at the estimates)."""
+    evidence_floor: bool = False
+    """Where the waterline's counts would leave the batch fewer expected successes in mixed
+    groups than uniform counts, plan with sera.evidence.evidence_waterline instead: the highest
+    common fidelity that keeps uniform counts' expected evidence."""
     lone_success_cap: bool = False
     """Score with the group mean floored at 1 / n0 (maxrl_advantages' floor): a rare success in a
     group larger than n0 weighs at most what one success among n0 would."""
@@ -103,6 +109,13 @@ class Method:
         while isinstance(advantages, partial):
             advantages = advantages.func
         return advantages is maxrl_advantages
+
+    @property
+    def beyond_plugins(self) -> bool:
+        """Whether the method changes something the verl and TRL plug-ins leave to the framework
+        or do their own way (the learning rate, the advantages' mean, the waterline): they
+        refuse it rather than train it without that change."""
+        return self.evidence_step or self.lone_success_cap or self.evidence_floor
 
     @property
     def u_min(self) -> float | None:
@@ -160,6 +173,10 @@ def _own_entries():
                  "the paper's sera with MaxRL's group mean floored at 1 / n0, so that a lone "
                  "success in a large group weighs what one among n0 would: a remedy candidate, "
                  "not the paper's", selection=U_MIN, lone_success_cap=True)
+    yield Method("sera-evidence-waterline", "history", "waterline", maxrl_advantages,
+                 "the paper's sera whose waterline is held, where it would cost evidence, to the "
+                 "highest level that keeps uniform counts' expected successes in mixed groups: "
+                 "a remedy candidate, not the paper's", selection=U_MIN, evidence_floor=True)
     yield Method("reweight", "history", "reweight", maxrl_advantages,
                  "inverse-fidelity reweighting: n0 each, MaxRL x 1 / kappa(p_hat, n0) on the "
                  "rate rule's estimates", history_rule="rate")
@@ -227,6 +244,19 @@ def supported(exact: bool) -> tuple[str, ...]:
                  if (m.estimates != "exact" and m.allocator != "none") or exact)
 
 
+def _with_evidence_floor(result: Allocation, estimates, n_min: int, n_max: int | None,
+                         n0: int) -> Allocation:
+    """The waterline's allocation where it keeps uniform counts' expected successes in mixed
+    groups at the estimates; else sera.evidence.evidence_waterline's counts."""
+    p = np.asarray(estimates, dtype=float)
+    reference = expected_mixed_successes(p, np.full(p.size, float(n0))).sum()
+    if expected_mixed_successes(p, result.counts).sum() >= reference:
+        return result
+    upper = p.size * n0 - (p.size - 1) * n_min if n_max is None else n_max
+    counts = evidence_waterline(p, p.size * n0, n_min, upper, n0)
+    return from_counts(p, counts, n0, "evidence-waterline")
+
+
 @timed
 def estimate(method: Method, history: SuccessHistory, ids: np.ndarray,
              exact: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -284,6 +314,8 @@ def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndar
         rule = allocator.rounding if method.allocator == "waterline" else method.allocator
         u_min = allocator.u_min if method.allocator == "waterline" else 0.0
         result = allocate(estimates, budget, rule=rule, u_min=u_min, **bounds)
+        if method.evidence_floor:
+            result = _with_evidence_floor(result, estimates, allocator.n_min, n_max, n0)
     if not method.weighted:
         result = replace(result, weights=(result.counts > 0).astype(float))
     return result

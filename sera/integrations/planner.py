@@ -67,14 +67,10 @@ class Planner:
                  prompts_per_epoch: int | None = None, method: str = "sera"):
         if method not in methods.METHODS or methods.METHODS[method].allocator != "waterline" \
                 or methods.METHODS[method].estimates != "history" \
-                or methods.METHODS[method].evidence_step \
-                or methods.METHODS[method].lone_success_cap:
-            # a method that scales its steps' learning rate needs the framework's optimizer,
-            # which the plug-ins do not touch, and the plug-ins score with MaxRL's own mean:
-            # refused rather than trained without its scaling or its cap
+                or methods.METHODS[method].beyond_plugins:
             waterline = [name for name, m in methods.METHODS.items()
                          if m.allocator == "waterline" and m.estimates == "history"
-                         and not m.evidence_step and not m.lone_success_cap]
+                         and not m.beyond_plugins]
             raise ValueError(f"method must be one of {waterline} (SERA from historical "
                              f"estimates), got {method!r}")
         self.method = methods.METHODS[method]

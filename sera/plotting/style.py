@@ -35,7 +35,8 @@ class Style:
 # rule and its `-maxrl` variant share a colour; the variant is dashed. The SERA family is red and
 # told apart by lightness and line: the paper's sera solid, sera-oracle light and dash-dotted,
 # the package's rate-rule variant orange-red and dashed, with its strong safeguard dark and dotted,
-# the evidence-scaled step deep red and dashed, the capped lone success deep red and dotted.
+# the remedy candidates deep red: the evidence-scaled step dashed, the capped lone success dotted
+# and the evidence-held waterline dash-dotted.
 STYLES = {
     "ce": Style("#404040", "-", "ce", "estimator"),
     "maxrl": Style("#1f77b4", "-", "maxrl", "maxrl"),
@@ -45,6 +46,7 @@ STYLES = {
     "sera-rate-safeguard": Style("#67000d", ":", "sera-rate-safeguard", "sera"),
     "sera-evidence-step": Style("#a50f15", "--", "sera-evidence-step", "sera"),
     "sera-capped": Style("#a50f15", ":", "sera-capped", "sera"),
+    "sera-evidence-waterline": Style("#a50f15", "-.", "sera-evidence-waterline", "sera"),
     "grpo": Style("#2ca02c", "-", "grpo", "estimator"),
     "rloo": Style("#98df8a", "-", "rloo", "estimator"),
     "reweight": Style("#9467bd", "-", "reweight", "maxrl"),
