@@ -14,6 +14,10 @@ gzip-compressed without a time stamp so that equal tables give equal bytes, and 
 a summary plus each run's configuration and provenance records, enough to write the run folders
 back (`write_finished`) on a fresh checkout.
 
+An index folder maps a run's settings (`settings_key`) to the folder it finished in (`index`,
+`indexed`), so that a grid of other runs reads it back through a link (`link`) instead of
+training it twice; sera.trainers.grid says which settings count.
+
 Every file is written beside its destination and renamed over it (`atomic`), so a reader or a
 crash never sees half a file; a run being trained is held by a lock (`claim`, through filelock),
 so several processes can work through one list of runs, each training the runs nobody holds.
@@ -215,6 +219,54 @@ def claim(folder, wait: bool = False):
         yield True
     finally:
         lock.release()
+
+
+# ---------------------------------------------------------------------- the settings index
+
+def settings_key(settings: dict) -> str:
+    """The index key of a run's settings (every setting that changes what it trains)."""
+    import hashlib
+
+    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def index(shared, key: str, folder) -> None:
+    """Record in the index folder `shared` that the run of settings `key` lives in folder."""
+    Path(shared).mkdir(parents=True, exist_ok=True)
+    write_json(Path(shared) / f"{key}.json", {"out": str(Path(folder).resolve())}, indent=None)
+
+
+def indexed(shared, key: str) -> Path | None:
+    """The folder the index `shared` records for settings `key`, where that run finished and can
+    be resumed from (its checkpoint is there); else None."""
+    entry = Path(shared) / f"{key}.json"
+    if not entry.exists():
+        return None
+    folder = Path(json.loads(entry.read_text())["out"])
+    return folder if finished(folder) and (folder / CHECKPOINT).exists() else None
+
+
+def hold_claim(shared, key: str, wait: bool = False):
+    """`claim` on the settings `key` in the index `shared`: held while a run of those settings
+    trains, whichever grid's folder it trains in."""
+    return claim(Path(shared) / key, wait=wait)
+
+
+def unlink_other(folder, target: Path | None) -> None:
+    """Remove folder where it is a link that does not lead to target (a link to another grid's
+    run of other settings is not this run's)."""
+    folder = Path(folder)
+    if folder.is_symlink() and (target is None or folder.resolve() != target.resolve()):
+        folder.unlink()
+
+
+def link(folder, target) -> None:
+    """Make folder (where nothing is yet) a link to another grid's finished run folder, so that
+    this grid's run label leads there too."""
+    folder = Path(folder)
+    if not folder.exists():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.symlink_to(Path(target).resolve(), target_is_directory=True)
 
 
 # ---------------------------------------------------------------------- stored runs

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sera import runstore
 from sera.trainers import grid, loop
 from sera.trainers.config import RunConfig
 
@@ -264,7 +265,7 @@ def test_a_run_another_grid_is_training_is_put_off_and_then_read_back(tmp_path):
         if config.seed == 2:  # meanwhile grid a finishes seed 0 and lets go of it
             folder = tmp_path / "a" / grid.run_label(configs[0])
             loop.fit(Coins(dataclasses.replace(configs[0], out=str(folder)), P))
-            grid._index(configs[0], folder, shared)
+            runstore.index(shared, grid._settings_key(configs[0]), folder)
             held.release()
         return studies[-1]
 

@@ -118,3 +118,32 @@ def test_a_study_notebook_finds_its_runs_through_the_package_from_any_folder(nam
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
                          text=True, check=True).stdout.strip()
     assert Path(out).parent == runstore.RUNS_ROOT and Path(out).name.startswith(name[:3])
+
+
+def test_the_settings_index_reads_back_only_finished_resumable_runs(tmp_path):
+    shared, folder = tmp_path / "index", tmp_path / "a" / "run"
+    key = runstore.settings_key({"method": "sera", "seed": 0})
+    assert key == runstore.settings_key({"seed": 0, "method": "sera"})  # order-free
+    assert key != runstore.settings_key({"method": "sera", "seed": 1})
+    assert runstore.indexed(shared, key) is None  # nothing recorded
+    runstore.index(shared, key, folder)
+    assert runstore.indexed(shared, key) is None  # recorded, not finished
+    runstore.begin(folder, {"seed": 0}, {"start": 1})
+    runstore.finish(folder, pd.DataFrame({"x": [1]}), {"wall_s": 1.0})
+    assert runstore.indexed(shared, key) is None  # finished, but no checkpoint to resume from
+    (folder / runstore.CHECKPOINT).write_bytes(b"")
+    assert runstore.indexed(shared, key) == folder.resolve()
+
+
+def test_a_link_is_made_once_and_a_link_elsewhere_is_removed(tmp_path):
+    target, other, folder = tmp_path / "a", tmp_path / "c", tmp_path / "b" / "run"
+    target.mkdir()
+    other.mkdir()
+    runstore.link(folder, target)
+    assert folder.is_symlink() and folder.resolve() == target.resolve()
+    runstore.link(folder, other)  # something is there already: left as it is
+    assert folder.resolve() == target.resolve()
+    runstore.unlink_other(folder, target)
+    assert folder.is_symlink()
+    runstore.unlink_other(folder, other)
+    assert not folder.exists() and target.is_dir()

@@ -1,9 +1,9 @@
-"""Grids of runs and where their folders live: the grid runner, each run's folder name, and the
-index of finished runs by their settings that lets one grid read back another's runs.
+"""The grid runner: a list of run configurations trained one folder a run (`run_label`).
 
-`run_grid` trains a list of configurations with `sera.trainers.loop.fit`, one folder a run
-(`run_label`), each held through the run store's lock while it trains; the file names and the
-folders' format belong to `sera.runstore`.
+`run_grid` trains them with `sera.trainers.loop.fit`, each held through the run store's lock
+while it trains. Everything about folders belongs to `sera.runstore`: the file names, the
+folders' format, the locks, and the index of finished runs by their settings (with the links
+that let one grid read back another's runs); this module only says which settings count.
 """
 
 from __future__ import annotations
@@ -71,56 +71,43 @@ def _fit(config: RunConfig, build, runs_dir, rerun: bool, shared, after_each, sh
     folder = Path(runs_dir) / run_label(config) if runs_dir is not None else Path(config.out)
     if share and not rerun and runstore.finished(folder):
         return None
+    key = _settings_key(config)
     held = contextlib.nullcontext(True) if shared is None or rerun else \
-        runstore.claim(Path(shared) / _settings_key(config), wait=wait and not share)
+        runstore.hold_claim(shared, key, wait=wait and not share)
     with held as free:
         if not free:
             return None if share else _ELSEWHERE
-        elsewhere = None if rerun or shared is None else _finished_elsewhere(config, shared)
-        if folder.is_symlink() and (elsewhere is None
-                                    or folder.resolve() != elsewhere.resolve()):
-            folder.unlink()  # a link to another grid's run of other settings: not this run's
+        elsewhere = None if rerun or shared is None else _finished_elsewhere(config, shared, key)
+        runstore.unlink_other(folder, elsewhere)
         with runstore.claim(folder, wait=not share) as ours:
             if not ours:
                 return None  # another process trains it
             if rerun:
                 shutil.rmtree(folder, ignore_errors=True)
             elif elsewhere is not None and not (folder / runstore.FINAL).exists():
-                if not folder.exists():  # this grid's folder name leads there too
-                    folder.parent.mkdir(parents=True, exist_ok=True)
-                    folder.symlink_to(elsewhere.resolve(), target_is_directory=True)
+                runstore.link(folder, elsewhere)
                 folder = elsewhere
             trained = not runstore.finished(folder)
             result = loop.fit(build(replace(config, out=str(folder), progress=False)))
         if shared is not None:
-            _index(config, folder, shared)
+            runstore.index(shared, key, folder)
     if after_each is not None and trained:
         after_each()
     return None if share else result
 
 
 def _settings_key(config: RunConfig) -> str:
-    import hashlib
-
-    settings = {k: v for k, v in as_dict(config).items() if k not in ("out", "progress")}
-    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    return runstore.settings_key({k: v for k, v in as_dict(config).items()
+                                  if k not in ("out", "progress")})
 
 
-def _finished_elsewhere(config: RunConfig, shared) -> Path | None:
-    entry = Path(shared) / f"{_settings_key(config)}.json"
-    if not entry.exists():
-        return None
-    folder = Path(json.loads(entry.read_text())["out"])
-    if not (runstore.finished(folder) and (folder / runstore.CHECKPOINT).exists()):
+def _finished_elsewhere(config: RunConfig, shared, key: str) -> Path | None:
+    """Another grid's finished run of these settings, where its saved configuration agrees."""
+    folder = runstore.indexed(shared, key)
+    if folder is None:
         return None
     saved = json.loads((folder / runstore.CONFIG).read_text())
     return folder if not checkpoint.differences(saved, as_dict(config), defaults(config)) else None
-
-
-def _index(config: RunConfig, folder: Path, shared) -> None:
-    Path(shared).mkdir(parents=True, exist_ok=True)
-    runstore.write_json(Path(shared) / f"{_settings_key(config)}.json",
-                        {"out": str(Path(folder).resolve())}, indent=None)
 
 
 def run_label(config: RunConfig) -> str:
