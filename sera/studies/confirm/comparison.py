@@ -24,8 +24,10 @@ def default_verify_dir() -> Path:
 
 def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
     """Predicted beside measured gain over MaxRL per arm and K: the prediction written before
-    the runs, and the stored runs' paired gain with its Student-t interval over seeds."""
+    the runs, and the stored runs' paired gain with its Student-t interval over seeds. A K
+    above the answers the point drew per held-out prompt is left out."""
     final = stored_table(name, "final", store_dir).assign(method=lambda t: t["arm"])
+    ks = tuple(k for k in ks if k <= final["n"].min())
     if (Path(store_dir or runstore.STUDY_DIR) / name / runstore.PREDICTION).exists():
         prediction = read_prediction(name, store_dir)
     else:
