@@ -11,8 +11,8 @@ success rate over the step's prompts, sera.trainers.loop), the arm's minus MaxRL
 seed, in points; the interval is Student-t over seeds. A candidate passes when its mean is at
 least PASS. The rule was set on the stored math runs, where it separates every arm that ended
 more than 5 points behind MaxRL at Pass@1 from every arm that ended within 3; on the mazes it
-does not (there `sera lr-half` is 3.6 points behind in training reward and level at Pass@1), so
-it screens math candidates only. The results page shows each arm's gap beside its final Pass@1
+does not (there `sera lr-half` trails MaxRL's training reward as far as `sera` does, yet ends
+far closer at Pass@1), so it screens math candidates only. The results page shows each arm's gap beside its final Pass@1
 gain: the screen ranks candidates and decides nothing on its own.
 """
 
