@@ -140,3 +140,20 @@ def test_the_readmes_reading_of_the_evidence_holds_on_the_stored_runs():
     assert (held >= 0.9 * per_step.loc["maxrl", ["first", "second"]]).all(), held
     gaps = screen.gaps(screen_point).set_index("arm")
     assert gaps.loc["sera-evidence-waterline", "high"] < 0
+
+
+def test_the_second_half_table_recomputes_from_the_stored_evaluations():
+    # Pass@1 at the middle and the end of each long run, from the stored metrics' rows alone.
+    name = "math-n0-4-long"
+    rows = pd.read_csv(runstore.STUDY_DIR / name / runstore.stored_file("metrics"))
+    rows = rows[(rows["metric"] == "val_pass") & (rows["k"] == 1) & (rows["method"] == "maxrl")]
+    middle = rows[rows["step"] == 320].set_index("seed")["value"]
+    end = rows[rows["step"] == 640].set_index("seed")["value"]
+    change = 100 * (end - middle)
+    half = stats.t.ppf(0.975, change.size - 1) * change.std(ddof=1) / np.sqrt(change.size)
+    expected = (f"| {name} | maxrl | {change.size} | {100 * middle.mean():.1f} | "
+                f"{100 * end.mean():.1f} | {change.mean():+.1f} [{change.mean() - half:+.1f}, "
+                f"{change.mean() + half:+.1f}] | {(change < 0).sum()} of {change.size} |")
+    table = report.second_half_section()
+    flat = [" ".join(line.split()) for line in table.splitlines()]
+    assert " ".join(expected.split()) in flat

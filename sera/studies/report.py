@@ -21,7 +21,7 @@ import pandas as pd
 
 from sera import runstore
 from sera.results import paired_gain, per_prompt_pass, verdict
-from sera.studies import confirm, digits, discount, screen
+from sera.studies import confirm, diagnosis, digits, discount, screen
 
 MIN_SEEDS = 6
 """Fewer paired seeds than this: the per-seed differences are shown and no verdict is given."""
@@ -176,6 +176,8 @@ This page answers:
 - How far is each arm of each point ahead of or behind MaxRL, at Pass@1 and at large K?
 - Did the interval confirm the prediction written before the runs, refute it, or neither?
 - Which instruction set did each arm and its comparator train on?
+- Over the second half of the 640-step runs, did any arm fall back (a collapse only delayed)?
+- Which remedy candidates pass the screen of training reward early in a run?
 
 Gains are in points of Pass@K on the held-out prompts: the mean of per-seed paired differences,
 with the 95% Student-t interval over seeds. `against` is the arm subtracted: MaxRL at the point's
@@ -203,10 +205,44 @@ def page() -> str:
         parts.append(f"## {name}\n\n{point.task}, N0 = {point.config.n0}, "
                      f"{point.config.steps} steps; MaxRL's level: {level}.\n\n"
                      f"{page_table(name)}\n")
+    parts.append(second_half_section())
     parts.append(screen_section())
     parts.append(digits_section())
     parts.append(discount_section())
     return "\n".join(part for part in parts if part)
+
+
+LONG = 640
+"""Points of at least this many steps get a row per arm in the page's second-half table."""
+
+
+def second_half_section() -> str:
+    """Per arm of every stored point of LONG steps or more: held-out Pass@1 (the runs' own
+    evaluations) at the middle and at the end, and the change over the second half with its
+    interval over seeds (sera.studies.diagnosis.drift): whether a collapse was removed or only
+    delayed."""
+    rows = []
+    for name in stored_points():
+        steps = confirm.point(name).config.steps
+        if steps < LONG:
+            continue
+        metrics = confirm.load(name).metrics
+        half = diagnosis.drift(metrics[metrics["step"] >= steps // 2])
+        for row in half.itertuples():
+            rows.append({"point": name, "arm": row.arm, "seeds": row.seeds,
+                         f"Pass@1 at {steps // 2}": f"{100 * row.start:.1f}",
+                         f"at {steps}": f"{100 * row.end:.1f}",
+                         "change [95% interval]": f"{100 * row.change:+.1f} "
+                                                  f"[{100 * row.low:+.1f}, {100 * row.high:+.1f}]",
+                         "seeds that fell": f"{round(row.below * row.seeds)} of {row.seeds}"})
+    if not rows:
+        return ""
+    return ("## The second half of the long runs: removed or delayed?\n\n"
+            "Each arm's held-out Pass@1 from the runs' own evaluations at the middle and at the "
+            "end, in percent, and the change over the second half with its 95% interval over "
+            "seeds (`sera.studies.diagnosis.drift`). A collapse that half the step only delayed "
+            "shows as a fall here.\n\n"
+            f"{pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)}\n")
 
 
 def screen_section() -> str:
