@@ -12,8 +12,8 @@ seed, in points; the interval is Student-t over seeds. A candidate passes when i
 least PASS. The rule was set on the stored math runs, where it separates every arm that ended
 more than 5 points behind MaxRL at Pass@1 from every arm that ended within 3; on the mazes it
 does not (there `sera lr-half` trails MaxRL's training reward as far as `sera` does, yet ends
-far closer at Pass@1), so it screens math candidates only. The results page shows each arm's gap beside its final Pass@1
-gain: the screen ranks candidates and decides nothing on its own.
+far closer at Pass@1), so it screens math candidates only. The results page shows each arm's
+gap beside its final Pass@1 gain: the screen ranks candidates and decides nothing on its own.
 """
 
 from __future__ import annotations
