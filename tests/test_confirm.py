@@ -465,6 +465,6 @@ def _resolved(allocator: dict, method) -> dict:
 
 
 def test_compare_leaves_out_a_k_above_the_answers_drawn():
-    """math-n0-4-96-avx2 drew 32 answers per held-out prompt: Pass@128 has no estimate there."""
-    table = confirm.compare("math-n0-4-96-avx2")
+    """math-n0-4-80-avx2 drew 32 answers per held-out prompt: Pass@128 has no estimate there."""
+    table = confirm.compare("math-n0-4-80-avx2")
     assert sorted(set(table["k"])) == [1, 8, 32]

@@ -134,7 +134,7 @@ def test_the_readmes_reading_of_the_evidence_holds_on_the_stored_runs():
         per_step = diagnosis.evidence(report.confirm.load(point).allocations)
         ratio = per_step.loc[arm, ["first", "second"]] / per_step.loc["maxrl", ["first", "second"]]
         assert ((0.35 < ratio) & (ratio < 0.65)).all(), (point, arm, ratio)
-    screen_point = "math-n0-4-96-avx2"
+    screen_point = "math-n0-4-80-avx2"
     per_step = diagnosis.evidence(report.confirm.load(screen_point).allocations)
     held = per_step.loc["sera-evidence-waterline", ["first", "second"]]
     assert (held >= 0.9 * per_step.loc["maxrl", ["first", "second"]]).all(), held

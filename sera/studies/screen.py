@@ -4,7 +4,7 @@ A collapse of the paper's SERA on the long math runs shows long before its held-
 over epochs 2-5 (the first epoch plans uniform counts; from the second the history plans) the
 arms that later fell behind MaxRL already earned less training reward. `gaps` measures it from a
 point's stored metrics, per arm against MaxRL at the same seed, so that a remedy candidate can be
-screened with short runs (math-n0-4-96-avx2) before it is confirmed with long ones.
+screened with short runs (math-n0-4-80-avx2) before it is confirmed with long ones.
 
 The statistic is the mean over the steps of epochs 2-5 of each step's training reward (the mean
 success rate over the step's prompts, sera.trainers.loop), the arm's minus MaxRL's at the same
