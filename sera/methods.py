@@ -11,10 +11,9 @@ selection off, as every SERA run stored before the paper's method was separated 
 `sera-rate-safeguard` adds a strong selection (u_min 0.3); `sera-evidence-step` scales each
 step by the evidence it rests on (sera.evidence), `sera-evidence-waterline` holds the waterline
 where it would cost evidence, and `sera-capped` floors MaxRL's group mean at 1 / n0: candidate
-remedies. The rules SERA is
-compared with (docs/baselines.md) come with their own estimator and weighting, and where it
-separates the allocation rule from the estimator also as `<rule>-maxrl` (MaxRL advantages with
-the multiplicity weights n0 / N_q). Names ending in `-reconstruction` are reconstructions from
+remedies. The rules SERA is compared with (docs/baselines.md) come with their own estimator and
+weighting, and where it separates the allocation rule from the estimator also as `<rule>-maxrl`
+(MaxRL advantages with the multiplicity weights n0 / N_q). Names ending in `-reconstruction` are reconstructions from
 an abstract.
 """
 
@@ -247,7 +246,8 @@ def supported(exact: bool) -> tuple[str, ...]:
 def _with_evidence_floor(result: Allocation, estimates, n_min: int, n_max: int | None,
                          n0: int) -> Allocation:
     """The waterline's allocation where it keeps uniform counts' expected successes in mixed
-    groups at the estimates; else sera.evidence.evidence_waterline's counts."""
+    groups at the estimates; else sera.evidence.evidence_waterline's counts over every prompt of
+    the batch (no selection: uniform counts, which meet the constraint, keep every prompt)."""
     p = np.asarray(estimates, dtype=float)
     reference = expected_mixed_successes(p, np.full(p.size, float(n0))).sum()
     if expected_mixed_successes(p, result.counts).sum() >= reference:
