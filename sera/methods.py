@@ -13,8 +13,8 @@ step by the evidence it rests on (sera.evidence), `sera-evidence-waterline` hold
 where it would cost evidence, and `sera-capped` floors MaxRL's group mean at 1 / n0: candidate
 remedies. The rules SERA is compared with (docs/baselines.md) come with their own estimator and
 weighting, and where it separates the allocation rule from the estimator also as `<rule>-maxrl`
-(MaxRL advantages with the multiplicity weights n0 / N_q). Names ending in `-reconstruction` are reconstructions from
-an abstract.
+(MaxRL advantages with the multiplicity weights n0 / N_q). Names ending in `-reconstruction` are
+reconstructions from an abstract.
 """
 
 from __future__ import annotations
