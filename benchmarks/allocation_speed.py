@@ -75,8 +75,8 @@ def roundings(sizes, n0, repeats, rng):
                 calls = {"numpy.argsort": partial(np.argsort, p),
                          "numpy.sort": partial(np.sort, p),
                          "waterline": partial(sera.waterline, p, budget, 2, n_max)}
-                for method in LIMITS:
-                    calls[method] = partial(sera.allocate, p, budget, 2, n_max, method=method)
+                for rule in LIMITS:
+                    calls[rule] = partial(sera.allocate, p, budget, 2, n_max, rule=rule)
                 best = best_times(calls, repeats, number)
                 argsort, sort = best["numpy.argsort"], best["numpy.sort"]
                 cells = [f"{_time(best[name])} {best[name] / argsort:5.2f}x "
@@ -93,15 +93,15 @@ def safeguard(sizes, n0, repeats, rng):
           f"limit 25x the call without it")
     for size in sizes:
         p, budget = rng.beta(0.3, 0.8, size), n0 * size
-        for method in ("paper", "exact"):
-            calls = {"without": lambda p=p, b=budget, m=method: sera.allocate(p, b, 2, 64, m),
-                     "with": lambda p=p, b=budget, m=method: sera.allocate(p, b, 2, 64, m,
+        for rule in ("paper", "exact"):
+            calls = {"without": lambda p=p, b=budget, m=rule: sera.allocate(p, b, 2, 64, m),
+                     "with": lambda p=p, b=budget, m=rule: sera.allocate(p, b, 2, 64, m,
                                                                            u_min=0.5)}
             best = best_times(calls, repeats)
-            kept = sera.allocate(p, budget, 2, 64, method, u_min=0.5).retained.mean()
+            kept = sera.allocate(p, budget, 2, 64, rule, u_min=0.5).retained.mean()
             ratio = best["with"] / best["without"]
             verdict = ("ok" if ratio <= 25 else "OVER LIMIT") if size <= 100_000 else "no limit"
-            print(f"  B={size:>9,} {method:5s}  without {best['without'] * 1e3:7.1f} ms  with "
+            print(f"  B={size:>9,} {rule:5s}  without {best['without'] * 1e3:7.1f} ms  with "
                   f"{best['with'] * 1e3:8.1f} ms  ratio {ratio:5.1f}x  (retained {kept:.1%})  "
                   f"{verdict}")
 
