@@ -41,7 +41,7 @@ def test_the_gaps_recompute_from_the_stored_rows():
 def test_a_point_whose_runs_stop_early_has_no_screen(monkeypatch):
     metrics = confirm.load(POINT).metrics
     short = metrics[metrics["step"] < 40]
-    monkeypatch.setattr(confirm, "load", lambda name: type("R", (), {"metrics": short})())
+    monkeypatch.setattr(screen, "stored_table", lambda name, table: short)
     assert screen.gaps(POINT).empty
 
 

@@ -72,7 +72,7 @@ def training_curves(allocations: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["in_mixed", "rollouts"])
 
 
-def _paired(values: pd.DataFrame, treatment: str, control: str,
+def paired(values: pd.DataFrame, treatment: str, control: str,
             confidence: float) -> dict:
     """Mean of the per-seed treatment - control differences with a Student-t interval."""
     diff = (values[treatment] - values[control]).dropna().to_numpy()
@@ -115,7 +115,7 @@ def band_gains(allocations: pd.DataFrame, profile=None, control: str = "maxrl",
     for band, part in rates.groupby(level="band", observed=True):
         for arm_name in [a for a in part.columns if a != control]:
             rows.append({"arm": arm_name, "band": band, "prompts": float(share[band]),
-                         **_paired(part, arm_name, control, confidence),
+                         **paired(part, arm_name, control, confidence),
                          "rollouts": float(visits.loc[band, arm_name]),
                          "control_rollouts": float(visits.loc[band, control]),
                          "budget": float(budget[band, arm_name]),
@@ -138,7 +138,7 @@ def coverage(final: pd.DataFrame, control: str = "maxrl", confidence: float = 0.
         values = shares[what].unstack("arm")
         for arm_name in values.columns:
             level = float(values[arm_name].mean())
-            gap = _paired(values, arm_name, control, confidence) if arm_name != control else {}
+            gap = paired(values, arm_name, control, confidence) if arm_name != control else {}
             rows.append({"share": what, "arm": arm_name, "level": level, **gap})
     return pd.DataFrame(rows)
 
@@ -221,7 +221,7 @@ def drift(metrics: pd.DataFrame, metric: str = "val_pass", k: int | None = 1,
         per_seed = pd.DataFrame({
             "start": part[part["step"] <= first + reach].groupby("seed")["value"].mean(),
             "end": part[part["step"] >= last - reach].groupby("seed")["value"].mean()})
-        change = _paired(per_seed, "end", "start", confidence)
+        change = paired(per_seed, "end", "start", confidence)
         rows.append({"arm": arm_name, "start": float(per_seed["start"].mean()),
                      "end": float(per_seed["end"].mean()), "change": change["gain"],
                      "low": change["low"], "high": change["high"], "seeds": change["seeds"],

@@ -22,6 +22,7 @@ import pandas as pd
 from sera import runstore
 from sera.results import paired_gain, per_prompt_pass, verdict
 from sera.studies import confirm, diagnosis, digits, discount, screen
+from sera.studies.confirm.storage import stored_table
 
 MIN_SEEDS = 6
 """Fewer paired seeds than this: the per-seed differences are shown and no verdict is given."""
@@ -226,7 +227,7 @@ def second_half_section() -> str:
         steps = confirm.point(name).config.steps
         if steps < LONG:
             continue
-        metrics = confirm.load(name).metrics
+        metrics = stored_table(name, "metrics")
         half = diagnosis.drift(metrics[metrics["step"] >= steps // 2])
         for row in half.itertuples():
             rows.append({"point": name, "arm": row.arm, "seeds": row.seeds,

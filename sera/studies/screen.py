@@ -18,11 +18,11 @@ gap beside its final Pass@1 gain: the screen ranks candidates and decides nothin
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
-from sera.results import t_half_width
 from sera.studies import confirm
+from sera.studies.confirm.storage import stored_table
+from sera.studies.diagnosis import paired
 
 EPOCHS = (2, 5)
 """The epochs the screen averages over, counted from 1, both included."""
@@ -43,22 +43,20 @@ def gaps(name: str) -> pd.DataFrame:
     the seeds both arms ran, the seeds, the per-seed gaps and whether it passes (mean >= PASS).
     Empty where the point's runs stop before the screen's last step."""
     first, last = steps_of(name)
-    metrics = confirm.load(name).metrics
+    metrics = stored_table(name, "metrics")
     rewards = metrics[(metrics["metric"] == "train_reward") & metrics["step"].between(first, last)]
     columns = ["point", "arm", "seeds", "gap", "low", "high", "per_seed", "passes"]
     if rewards.empty or int(rewards["step"].max()) < last:
         return pd.DataFrame(columns=columns)
-    per_seed = rewards.groupby(["arm", "seed"])["value"].mean().unstack("seed")
-    if "maxrl" not in per_seed.index:
+    per_seed = 100 * rewards.groupby(["seed", "arm"])["value"].mean().unstack("arm")
+    if "maxrl" not in per_seed.columns:
         return pd.DataFrame(columns=columns)
-    differences = 100 * per_seed.sub(per_seed.loc["maxrl"], axis=1)
     rows = []
-    for arm, values in differences.drop(index="maxrl").iterrows():
-        values = values.dropna()
-        gap = float(values.mean())
-        half = float(t_half_width(values.std(ddof=1), values.size)) if values.size > 1 \
-            else np.nan
-        rows.append({"point": name, "arm": arm, "seeds": int(values.size), "gap": gap,
-                     "low": gap - half, "high": gap + half,
-                     "per_seed": tuple(float(v) for v in values), "passes": gap >= PASS})
+    for arm in per_seed.columns.drop("maxrl"):
+        gap = paired(per_seed, arm, "maxrl", 0.95)
+        differences = (per_seed[arm] - per_seed["maxrl"]).dropna()
+        rows.append({"point": name, "arm": arm, "seeds": gap["seeds"], "gap": gap["gain"],
+                     "low": gap["low"], "high": gap["high"],
+                     "per_seed": tuple(float(v) for v in differences),
+                     "passes": gap["gain"] >= PASS})
     return pd.DataFrame(rows, columns=columns)
