@@ -31,6 +31,9 @@ def main(argv=None) -> int:
     parser.add_argument("--runs-dir", default=None,
                         help=f"where runs train (default {points.default_runs_dir()}; verify: "
                              f"{default_verify_dir()})")
+    parser.add_argument("--arms", nargs="+", default=None,
+                        help="run: only these arms (their names as `show` prints them, e.g. "
+                             "'maxrl lr-0.7'), in this order, each through all its seeds")
     parser.add_argument("--seeds", type=int, default=2, help="verify: seeds per arm to rerun")
     args = parser.parse_args(argv)
     if args.runs_dir is None:
@@ -50,7 +53,7 @@ def main(argv=None) -> int:
             print(name, "\n",
                   predict(point, runs_dir=args.runs_dir).round(3).to_string(index=False))
         elif args.action == "run":
-            run(point, args.runs_dir)
+            run(point, args.runs_dir, arms=args.arms)
             print(compare(name).round(3).to_string(index=False))
         elif args.action == "store":
             print(f"{name}: {store(point, args.runs_dir)} runs stored")

@@ -18,9 +18,11 @@ record one (sera.tables.ROLLOUT_COLUMNS, with the run keys and arm), so that a s
 lengths, rewards or group sizes can be checked from stored data."""
 
 
-def run(point: Point, runs_dir=None, progress: bool = True) -> Results:
+def run(point: Point, runs_dir=None, progress: bool = True, arms=None) -> Results:
     """Train (or resume, or read back) every run of the point, storing the finished runs' tables
     after each one lands, so that a session that ends mid-way loses only the run in progress.
+    arms: the names of the arms to train now, in that order, each through all its seeds (a
+    sweep's cells nearest each method's best step first); None: every arm, seeds outermost.
     Refuses (FileNotFoundError) a point without a stored prediction: predicting may train the
     warm-up and measure the difficulty profile, which `python -m sera.confirm predict` does
     on its own, before any run."""
@@ -31,9 +33,22 @@ def run(point: Point, runs_dir=None, progress: bool = True) -> Results:
             f"the warm-up and measure the difficulty profile)")
     restore(point, runs_dir)
     check_warmup(point, runs_dir)
-    grid.run_grid(point.configs(runs_dir), builder(point.task), progress=progress,
+    configs = point.configs(runs_dir)
+    if arms is not None:
+        runs = point.runs(runs_dir)
+        configs = [c for name in _known_arms(point, arms) for c, a in runs if a.name == name]
+    grid.run_grid(configs, builder(point.task), progress=progress,
                   after_each=lambda: store(point, runs_dir), share=True, desc=point.name)
     return load(point.name)
+
+
+def _known_arms(point: Point, arms) -> list[str]:
+    """The arm names asked for, each checked against the point's arms (ValueError naming them)."""
+    names = [a.name for a in point.arms]
+    unknown = [name for name in arms if name not in names]
+    if unknown:
+        raise ValueError(f"point {point.name!r} has no arm {unknown}; its arms: {names}")
+    return list(arms)
 
 
 def warmup_of(folders, point: Point) -> str | None:
