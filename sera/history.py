@@ -161,14 +161,72 @@ class SuccessHistory:
                 "pending_f": self._pending_f.copy(), "last_rate": self.last_rate.copy()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.gamma, self.alpha, self.beta = state["gamma"], state["alpha"], state["beta"]
-        self.rule, self.weight = state.get("rule", "counts"), state.get("weight", 1.0)
-        self.epoch = int(state["epoch"])
-        self.successes = np.array(state["successes"], dtype=float)
-        self.failures = np.array(state["failures"], dtype=float)
-        self.observed = np.array(state["observed"], dtype=bool)
-        self._pending_s = np.array(state["pending_s"], dtype=float)
-        self._pending_f = np.array(state["pending_f"], dtype=float)
-        self.n_prompts = self.successes.size
-        self.last_rate = np.array(state.get("last_rate", np.full(self.n_prompts, np.nan)),
-                                  dtype=float)
+        """Resume from state_dict()'s output (or its JSON form), checked value by value: the
+        settings as __init__ checks them, every per-prompt array of one length, the counts
+        finite and non-negative, the last rates NaN or in [0, 1], the epoch an integer >= 0.
+        A ValueError names the field (and, for an array, the first bad prompt); nothing is
+        changed unless the whole state passes."""
+        missing = [k for k in ("gamma", "alpha", "beta", "epoch", "successes", "failures",
+                               "observed", "pending_s", "pending_f") if k not in state]
+        if missing:
+            raise ValueError(f"the history lacks {', '.join(missing)}")
+        try:
+            settings = SuccessHistory(1, gamma=state["gamma"], alpha=state["alpha"],
+                                      beta=state["beta"], rule=state.get("rule", "counts"),
+                                      weight=state.get("weight", 1.0))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"the history's settings: {exc}") from exc
+        epoch = state["epoch"]
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < 0:
+            raise ValueError(f"the history's epoch must be an integer >= 0, got {epoch!r}")
+        counts = {name: _saved_array(state, name) for name in
+                  ("successes", "failures", "pending_s", "pending_f")}
+        size = counts["successes"].size
+        for name, values in counts.items():
+            _check_length(name, values, size)
+            bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
+            if bad.size:
+                raise ValueError(f"the history's {name} must be finite and >= 0 (discounted "
+                                 f"counts); prompt {bad[0]} has {float(values[bad[0]])!r}")
+        observed = np.asarray(state["observed"])
+        if observed.ndim != 1 or not (observed.dtype == bool or observed.size == 0):
+            raise ValueError(f"the history's observed must be a list of true/false, one per "
+                             f"prompt; got {_checks.describe_safe(state['observed'])}")
+        _check_length("observed", observed, size)
+        last_rate = _saved_array(state, "last_rate") if "last_rate" in state \
+            else np.full(size, np.nan)
+        _check_length("last_rate", last_rate, size)
+        bad = np.flatnonzero(~np.isnan(last_rate) & ~((last_rate >= 0) & (last_rate <= 1)))
+        if bad.size:
+            raise ValueError(f"the history's last_rate must be NaN or lie in [0, 1]; prompt "
+                             f"{bad[0]} has {float(last_rate[bad[0]])!r}")
+        self.gamma, self.alpha, self.beta = settings.gamma, settings.alpha, settings.beta
+        self.rule, self.weight = settings.rule, settings.weight
+        self.epoch = int(epoch)
+        self.successes, self.failures = counts["successes"], counts["failures"]
+        self._pending_s, self._pending_f = counts["pending_s"], counts["pending_f"]
+        self.observed = observed.astype(bool)
+        self.n_prompts = size
+        self.last_rate = last_rate
+
+
+def _saved_array(state: dict, name: str) -> np.ndarray:
+    """state[name] as a 1-D float array (None, as JSON writes NaN's absence, reads as NaN), or a
+    ValueError naming the field."""
+    value = state[name]
+    try:
+        values = np.array([np.nan if v is None else v for v in value], dtype=float) \
+            if isinstance(value, list) else np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the history's {name} must be a list of numbers, one per prompt; got "
+                         f"{_checks.describe_safe(value)}") from exc
+    if values.ndim != 1:
+        raise ValueError(f"the history's {name} must be a flat list, one number per prompt; got "
+                         f"shape {values.shape}")
+    return values
+
+
+def _check_length(name: str, values: np.ndarray, size: int) -> None:
+    if values.size != size:
+        raise ValueError(f"the history's {name} has {values.size} entries and its successes "
+                         f"{size}: every per-prompt array holds one entry per prompt")

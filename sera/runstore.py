@@ -97,7 +97,9 @@ def stored_file(name: str) -> str:
 @contextlib.contextmanager
 def atomic(path):
     """`with atomic(path) as scratch:` write to scratch, a new file beside path; when the block
-    ends without an error it replaces path in one rename, otherwise it is removed."""
+    ends without an error it replaces path in one rename, otherwise it is removed. The scratch
+    file is flushed to disk before the rename and the folder after it, so that a power cut leaves
+    the old file or the new one, never an empty one under the new name."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, scratch = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -105,9 +107,20 @@ def atomic(path):
     os.chmod(scratch, 0o666 & ~_umask())  # as an ordinary new file (mkstemp makes it private)
     try:
         yield Path(scratch)
+        _fsync(scratch)
         os.replace(scratch, path)
+        _fsync(path.parent)
     finally:
         Path(scratch).unlink(missing_ok=True)
+
+
+def _fsync(path) -> None:
+    """Flush a file's or a folder's data to disk (a folder: its entries, the rename)."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def _umask() -> int:

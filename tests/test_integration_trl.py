@@ -466,3 +466,60 @@ def test_a_prompt_the_selection_leaves_out_is_planned_again_next_epoch(tmp_path)
     assert left_out <= {0, 1, 4, 7}  # the rows that never or always succeed
     assert all(sorted(e["ids"].tolist()) == list(range(8)) for e in log)
     assert not trainer.sera_planner.pending
+
+
+def test_resume_falls_back_past_a_checkpoint_whose_history_is_cut_short(tmp_path, caplog):
+    """The newest checkpoint's sera_history.json was truncated (a copy tool, a full disk):
+    resume_from_checkpoint=True takes the older whole checkpoint, says which it passed over and
+    why, and ends with the uninterrupted run's history."""
+    settings = dict(steps=8, levels=[0.05, 0.5, 0.9, 0.3], reward=_position_reward)
+    whole = make_trainer(tmp_path / "whole", **settings)
+    whole.train()
+    out = tmp_path / "out"
+    make_trainer(out, **settings).train()
+    history = out / "checkpoint-8" / plugin.HISTORY_FILE
+    history.write_text(history.read_text()[:200])
+    with caplog.at_level("WARNING", logger=plugin.__name__):
+        resumed = make_trainer(out, **settings)
+        resumed.train(resume_from_checkpoint=True)
+    said = caplog.text
+    assert f"resuming from {out / 'checkpoint-4'}, not from the newer {out / 'checkpoint-8'}" \
+        in said and "is not a SERA history" in said
+    assert resumed.sera_planner.state_dict() == whole.sera_planner.state_dict()
+    history.write_text(history.read_text()[:200])  # the resumed run wrote it whole again
+    (out / "checkpoint-4" / plugin.HISTORY_FILE).write_text("{}")
+    with pytest.raises(ValueError, match=r"no complete checkpoint.*\n.*checkpoint-8: .*not a "
+                                         r"SERA history.*\n.*checkpoint-4: .*lacks"):
+        plugin.last_complete_checkpoint(out, resumed.sera_planner)
+
+
+@pytest.mark.parametrize("argument, value, named", [
+    ("--sera_history_rule", "x", r"sera_history_rule must be one of \('rate', 'counts'\)"),
+    ("--sera_history_gamma", "7", r"sera_history_gamma must lie in \[0.0, 1.0\], got 7"),
+    ("--sera_history_weight", "0", r"sera_history_weight must lie in \(0.0, inf\]"),
+    ("--sera_rounding", "nearest", r"sera_rounding must be one of"),
+])
+def test_a_bad_sera_option_stops_trls_parser_before_any_model_loads(tmp_path, argument, value,
+                                                                     named):
+    from trl import TrlParser
+
+    with pytest.raises(ValueError, match=named):
+        TrlParser([plugin.SeraGRPOConfig]).parse_args_into_dataclasses([
+            "--output_dir", str(tmp_path), "--use_cpu", "--report_to", "none", argument, value])
+
+
+def test_every_history_option_is_a_sera_field_and_reaches_the_allocator(tmp_path):
+    import dataclasses
+
+    from trl import TrlParser
+
+    from sera.trainers.config import AllocatorConfig
+
+    fields = {f.name for f in dataclasses.fields(AllocatorConfig)}
+    assert {f"sera_{name}" for name in fields} <= {f.name for f in
+                                                   dataclasses.fields(plugin.SeraGRPOConfig)}
+    (config,) = TrlParser([plugin.SeraGRPOConfig]).parse_args_into_dataclasses([
+        "--output_dir", str(tmp_path), "--use_cpu", "--report_to", "none",
+        "--sera_history_prior", "2", "3", "--sera_history_gamma", "0.8"])
+    assert config.sera_allocator() == AllocatorConfig(history_prior=(2.0, 3.0),
+                                                      history_gamma=0.8)

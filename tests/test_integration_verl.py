@@ -22,7 +22,7 @@ import yaml  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from omegaconf import OmegaConf, open_dict  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
-from test_verl_examples import compose, readme_verl_arguments  # noqa: E402
+from test_verl_examples import compose_sera, readme_verl_arguments  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
@@ -449,7 +449,7 @@ def test_a_prompt_the_selection_leaves_out_goes_to_verl_with_count_0(tmp_path, m
 @pytest.fixture(scope="module")
 def readme_config(tmp_path_factory):
     """The README's verl commands composed through verl's Hydra config, as main_ppo does."""
-    return compose(readme_verl_arguments(tmp_path_factory.mktemp("readme")))
+    return compose_sera(readme_verl_arguments(tmp_path_factory.mktemp("readme")))
 
 
 def test_the_readme_verl_command_passes_verls_configuration_check(readme_config):
@@ -464,9 +464,9 @@ def test_the_readme_verl_command_passes_verls_configuration_check(readme_config)
     assert config.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == \
         "sera.integrations.verl.setup"
     assert config.reward.custom_reward_function.path == gsm8k.__file__
-    # The paper's setting: SmolLM2 on GSM8K, 256 prompts x 128 rollouts, sera's seqnorm.
+    # The paper's setting: SmolLM2 on GSM8K, 256 prompts x 128 rollouts, token-mean.
     assert (config.data.train_batch_size, config.actor_rollout_ref.rollout.n) == (256, 128)
-    assert config.actor_rollout_ref.actor.loss_scale_factor == config.data.max_response_length
+    assert config.actor_rollout_ref.actor.loss_agg_mode == "token-mean"  # as the TRL example
     plugin.refuse_unsupported(config)  # nothing in it is refused
 
 
@@ -519,8 +519,10 @@ def test_trainer_mode_runs_under_verls_sync_name(monkeypatch):
     seen = {}
     monkeypatch.setattr(PPOTrainer, "__init__",
                         lambda self, config: seen.update(mode=config.trainer.v1.trainer_mode))
-    config = OmegaConf.create({"trainer": {"v1": {"trainer_mode": plugin.MODE}},
-                               "algorithm": {"adv_estimator": plugin.ESTIMATOR}})
+    config = OmegaConf.create({"trainer": {"use_v1": True, "v1": {"trainer_mode": plugin.MODE}},
+                               "algorithm": {"adv_estimator": plugin.ESTIMATOR}, "sera": {},
+                               "ray_kwargs": {"ray_init": {"runtime_env": {
+                                   "worker_process_setup_hook": plugin.HOOK}}}})
     OmegaConf.set_struct(config, True)
     plugin.SeraTrainerSync(config)
     assert seen["mode"] == "sync" and config.trainer.v1.trainer_mode == plugin.MODE
@@ -707,3 +709,22 @@ def test_resume_from_any_global_step_ends_with_the_uninterrupted_history(
         resumed._load_checkpoint()
         assert _drive(resumed, step, steps, monkeypatch) == plans[step:]
         assert resumed.sera.state_dict() == whole.sera.state_dict(), step
+
+
+def test_the_advantage_reads_the_score_the_history_records_when_its_token_is_masked():
+    """verl puts the score on the last response token whatever its mask (an agent loop may mask
+    it); the history records rm_scores summed over every position, so MaxRL must as well."""
+    token_rewards, mask, uids, rewards = _ragged_batch(7, [4, 3, 5])
+    masked = mask.clone()
+    last = mask.sum(dim=1).long() - 1
+    masked[torch.arange(mask.shape[0]), last] = 0  # the scored token masked out everywhere
+    assert (token_rewards * masked).sum() == 0 and rewards.sum() > 0
+    with plugin.planned_only(["u0", "u1", "u2"], n0=4):
+        got, _ = plugin.compute_sera_maxrl_advantage(token_rewards, masked, uids)
+        unmasked, _ = plugin.compute_sera_maxrl_advantage(token_rewards, mask, uids)
+    _, groups = np.unique(uids.astype(str), return_inverse=True)
+    expected = sera.maxrl_advantages(rewards.numpy(), groups=groups) \
+        * sera.multiplicity_weights(np.bincount(groups), 4)[groups]
+    assert np.abs(expected).max() > 0
+    np.testing.assert_allclose(got.numpy(), expected[:, None] * masked.numpy(), atol=1e-6)
+    np.testing.assert_allclose((unmasked * masked).numpy(), got.numpy(), atol=1e-6)

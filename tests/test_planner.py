@@ -242,3 +242,82 @@ def test_the_metrics_table_in_the_docs_lists_every_key():
             if line.startswith("| `sera/")}
     assert rows == set(METRICS) | set(TIMING_METRICS) | set(WORKER_METRICS) | {
         "sera/ignored_responses", "sera/unscored"}
+
+
+def _saved(tmp_path) -> tuple[dict, Planner]:
+    """A history written mid-epoch (a fold behind it, outcomes pending), and the planner that
+    resumes it."""
+    allocator = AllocatorConfig(history_gamma=0.7)
+    planner = Planner(6, 4, allocator, prompts_per_epoch=4)
+    for rows in ([0, 1], [2, 3], [4, 5]):
+        planner.plan(rows)
+        planner.record(np.repeat(rows, 4), np.arange(8) % 3 == 0)
+    planner.save(tmp_path)
+    return json.loads((tmp_path / HISTORY_FILE).read_text()), Planner(6, 4, allocator,
+                                                                       prompts_per_epoch=4)
+
+
+def _set(state, path, value):
+    *parents, last = path
+    for key in parents:
+        state = state[key]
+    if value is _DROP:
+        del state[last]
+    else:
+        state[last] = value
+
+
+_DROP = object()
+CORRUPT = [  # (what is changed, the value, what the refusal names)
+    (("history", "successes", 2), float("nan"), r"successes must be finite and >= 0.*prompt 2"),
+    (("history", "failures", 1), -3.0, r"failures must be finite and >= 0.*prompt 1 has -3"),
+    (("history", "pending_f", 0), float("inf"), r"pending_f must be finite.*prompt 0"),
+    (("history", "pending_s"), [0.0] * 5, r"pending_s has 5 entries and its successes 6"),
+    (("history", "observed"), [True] * 7, r"observed has 7 entries and its successes 6"),
+    (("history", "last_rate", 3), 9.0, r"last_rate must be NaN or lie in \[0, 1\].*prompt 3"),
+    (("history", "epoch"), -1, r"history's epoch must be an integer >= 0, got -1"),
+    (("history", "gamma"), 0.5, r"history's own gamma = 0.5 differs from its allocator's .0.7"),
+    (("history", "rule"), "rate", r"history's own rule = 'rate' differs"),
+    (("history", "gamma"), 7.0, r"history's settings: gamma must lie in \[0.0, 1.0\]"),
+    (("history", "successes"), [0.0] * 5, r"covers n_prompts = 5 prompts, the training set has 6"),
+    (("planned",), -2, r"planned .* must be an integer in \[0, 4\], got -2"),
+    (("planned",), 9, r"planned .* must be an integer in \[0, 4\], got 9"),
+    (("allocator",), _DROP, r"lacks allocator"),
+    (("allocator", "history_gamma"), 0.5, r"history_gamma = 0.5 saved, 0.7 now"),
+    (("last_plan", "rows", 0), 17, r"last_plan's rows must lie in \[0, 6\)"),
+    (("last_plan", "counts", 1), -4, r"last_plan's rows .* counts be >= 0"),
+    (("history", "failures"), "many", r"failures must be a list of numbers"),
+]
+
+
+@pytest.mark.parametrize("path, value, named", CORRUPT, ids=[
+    "-".join(map(str, c[0])) + f"={c[1]!r}"[:12] for c in CORRUPT])
+def test_a_corrupt_history_is_refused_at_load_naming_the_file_and_the_field(tmp_path, path,
+                                                                             value, named):
+    state, planner = _saved(tmp_path)
+    before = json.dumps(planner.state_dict())
+    if path[:2] == ("history", "successes") and isinstance(value, list):
+        for name in ("failures", "pending_s", "pending_f", "observed", "last_rate"):
+            state["history"][name] = state["history"][name][:5]  # a shorter history, whole
+    _set(state, path, value)
+    (tmp_path / HISTORY_FILE).write_text(json.dumps(state))
+    with pytest.raises(ValueError, match=rf"{tmp_path / HISTORY_FILE}: .*{named}"):
+        planner.load(tmp_path)
+    assert json.dumps(planner.state_dict()) == before  # nothing was half loaded
+    assert planner.loads_from(tmp_path) is not None
+
+
+def test_a_save_killed_while_writing_is_named_and_saves_are_flushed(tmp_path, monkeypatch):
+    import os
+
+    state, planner = _saved(tmp_path)
+    (tmp_path / HISTORY_FILE).unlink()
+    (tmp_path / f".{HISTORY_FILE}.x1y2.tmp").write_text('{"hist')  # what a kill leaves
+    with pytest.raises(FileNotFoundError, match=r"save was killed while writing it"):
+        planner.load(tmp_path)
+    flushed = []
+    monkeypatch.setattr(os, "fsync", lambda fd: flushed.append(os.readlink(f"/proc/self/fd/{fd}")))
+    planner.save(tmp_path / "again")
+    assert flushed[-1] == str(tmp_path / "again")  # the folder, after the rename
+    assert flushed[-2].startswith(str(tmp_path / "again" / f".{HISTORY_FILE}."))  # the file
+    assert planner.loads_from(tmp_path / "again") is None

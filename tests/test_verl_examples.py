@@ -38,6 +38,16 @@ def compose(arguments):
         return hydra_compose("ppo_trainer", overrides=arguments)
 
 
+def compose_sera(arguments):
+    """The configuration `python -m sera.integrations.verl_main` composes from the overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="sera.integrations.verl_recipe",
+                                  version_base=None):
+        return hydra_compose("sera_trainer", overrides=arguments)
+
+
 def _gsm8k_files(folder: Path) -> tuple[Path, Path]:
     """A GSM8K-format training file and a Platinum-format test file (with two rejected rows)."""
     train, test = math_task.generated_splits(40, 12, seed=3)
@@ -85,6 +95,7 @@ def _check(config, nodes: int = 1):
     validate_config(config=config, use_reference_policy=need_reference_policy(config),
                     use_critic=need_critic(config))
     plugin.refuse_unsupported(config)
+    plugin.refuse_partial(config)
     trainer = config.trainer
     per_epoch = GSM8K_TRAIN // config.data.train_batch_size
     # verl stops at whichever comes first (PPOTrainer.fit, _init_dataloader).
@@ -130,11 +141,11 @@ def test_data_preparation_writes_what_the_plugin_and_the_reward_read(tmp_path):
 
 def test_the_readme_commands_train_2000_steps_checkpoint_and_validate(tmp_path):
     arguments = readme_verl_arguments(tmp_path)
-    config = compose(arguments)
+    config = compose_sera(arguments)
     _check(config)
     assert config.data.train_files == str(tmp_path / "sera-gsm8k" / "train.parquet")
     assert (config.data.train_batch_size, config.actor_rollout_ref.rollout.n) == (256, 128)
-    assert config.actor_rollout_ref.actor.loss_scale_factor == config.data.max_response_length
+    assert config.actor_rollout_ref.actor.loss_agg_mode == "token-mean"  # as the TRL example
 
 
 def test_the_docs_attention_override_passes_verls_check_and_reaches_the_model_config(tmp_path):
@@ -147,7 +158,7 @@ def test_the_docs_attention_override_passes_verls_check_and_reaches_the_model_co
                             env=_environment(VERL_MAIN=PRINT_ARGUMENTS, MODEL="/models/m",
                                              DATA="/data/d", CKPT="/ckpt/c"))
     assert launch.returncode == 0, launch.stderr[-3000:]
-    config = compose(launch.stdout.splitlines())
+    config = compose_sera(launch.stdout.splitlines())
     _check(config)
     # what verl's HFModelConfig reads (its default is flash_attention_2)
     assert config.actor_rollout_ref.model.override_config.get("attn_implementation") == "sdpa"
@@ -167,7 +178,7 @@ def test_the_cluster_launcher_runs_the_same_run_on_n_nodes(tmp_path):
                            env=_environment(VERL_MAIN=PRINT_ARGUMENTS, NNODES="4",
                                             MODEL="/models/m", DATA="/data/d", CKPT="/ckpt/c"))
     assert train.returncode == 0, train.stderr[-3000:]
-    config = compose(train.stdout.splitlines())
+    config = compose_sera(train.stdout.splitlines())
     _check(config, nodes=4)
     assert config.ray_kwargs.ray_init.address == "auto"
     assert config.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == \
@@ -209,16 +220,118 @@ def test_a_setting_that_contradicts_the_recipe_is_refused_by_name(override, name
         plugin.refuse_unsupported(compose([*RECIPE, override]))
 
 
-def test_the_docs_one_switch_command_composes_sera_on():
+def test_the_docs_entry_point_command_composes_sera_on():
     import shlex
 
     from test_readme import pages_text
 
-    block = re.search(r"```bash\n(python -m verl\.trainer\.main_ppo .*?)```", pages_text(),
+    block = re.search(r"```bash\n(python -m sera\.integrations\.verl_main .*?)```", pages_text(),
                       re.S).group(1)
     words = shlex.split(block.replace("\\\n", " "))
-    config = compose(words[words.index("verl.trainer.main_ppo") + 1:])
+    config = compose_sera(words[words.index("sera.integrations.verl_main") + 1:])
     plugin.refuse_unsupported(config)
+    plugin.refuse_partial(config)
     assert (config.trainer.v1.trainer_mode, config.algorithm.adv_estimator) == (
         plugin.MODE, plugin.ESTIMATOR)
     assert plugin.allocator_from_config(config).n_min == 2
+
+
+def test_the_entry_point_composes_what_the_recipe_composes_on_main_ppo():
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.to_container(compose_sera(RECIPE[2:])) == \
+        OmegaConf.to_container(compose(RECIPE))
+
+
+def test_the_launcher_runs_through_the_entry_points_own_hydra(tmp_path):
+    """The launcher's default command, run for real up to Hydra's printout (`--cfg job`)."""
+    import yaml
+
+    entry = f"{sys.executable} -m sera.integrations.verl_main --cfg job"
+    assert "python3 -m sera.integrations.verl_main" in (EXAMPLES / "single_node.sh").read_text()
+    launch = subprocess.run(["bash", str(EXAMPLES / "single_node.sh")], capture_output=True,
+                            text=True, cwd=tmp_path,
+                            env=_environment(VERL_MAIN=entry, MODEL="/models/m", DATA="/data/d",
+                                             CKPT="/ckpt/c"))
+    assert launch.returncode == 0, launch.stderr[-3000:]
+    config = yaml.safe_load(launch.stdout)
+    assert config["trainer"]["v1"]["trainer_mode"] == plugin.MODE
+    assert config["algorithm"]["adv_estimator"] == plugin.ESTIMATOR
+    assert config["sera"]["history_rule"] == "counts"
+
+
+PARTIAL = [
+    ("trainer.use_v1=false", "lacks trainer.use_v1=true"),
+    ("trainer.v1.trainer_mode=sync", "lacks trainer.v1.trainer_mode=sera_sync"),
+    ("trainer.v1.trainer_mode=colocate_async", "lacks trainer.v1.trainer_mode=sera_sync"),
+    ("trainer.v1.trainer_mode=separate_async", "lacks trainer.v1.trainer_mode=sera_sync"),
+    ("algorithm.adv_estimator=grpo", "lacks algorithm.adv_estimator=sera_maxrl"),
+    ("ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=null",
+     "lacks ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"),
+]
+
+
+@pytest.mark.parametrize("override, named", PARTIAL)
+def test_a_config_with_some_of_seras_pieces_is_refused_by_name(override, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        plugin.refuse_partial(compose([*RECIPE, override]))
+    with pytest.raises(ValueError, match=re.escape(named)):
+        plugin.refuse_partial(compose_sera([*RECIPE[2:], override]))
+
+
+def test_a_lost_search_path_is_refused_and_the_estimator_alone_is_maxrl():
+    # Without the search path Hydra stores +sera=paper as the string "paper"
+    lost = compose(["+sera=paper", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4"])
+    assert lost.sera == "paper"
+    with pytest.raises(ValueError, match=r"sera='paper' is a plain value.*verl_main"):
+        plugin.refuse_partial(lost)
+    plugin.refuse_partial(compose(["actor_rollout_ref.rollout.n=4"]))  # no SERA asked for
+    plugin.refuse_partial(compose([  # MaxRL: the estimator in a plain run, a baseline
+        "algorithm.adv_estimator=sera_maxrl", "actor_rollout_ref.rollout.n=4",
+        f"+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={plugin.HOOK}"]))
+
+
+@pytest.mark.parametrize("override, named", PARTIAL[:4])
+def test_the_entry_point_refuses_a_partial_config_before_ray_starts(tmp_path, override, named):
+    run = subprocess.run([sys.executable, "-m", "sera.integrations.verl_main", override,
+                          "actor_rollout_ref.rollout.n=4"], capture_output=True, text=True,
+                         cwd=tmp_path, env=_environment(), timeout=300)
+    assert run.returncode != 0 and named in run.stderr, run.stderr[-2000:]
+    assert "ray.init" not in run.stderr and "Started a local Ray" not in run.stderr
+
+
+@pytest.mark.parametrize("override, named", PARTIAL[:4])
+def test_the_setup_hook_makes_every_verl_trainer_refuse_a_partial_config(monkeypatch, override,
+                                                                          named):
+    """What Ray's worker_process_setup_hook does in the task runner, before verl builds a
+    trainer of whatever mode (or the legacy V0 trainer) and before its first generation."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
+
+    classes = {PPOTrainer, RayPPOTrainer, *TRAINER_REGISTRY.values()}
+    for cls in classes:
+        if "__init__" in cls.__dict__:
+            monkeypatch.setattr(cls, "__init__", cls.__dict__["__init__"])  # undone afterwards
+    plugin.setup()
+    plugin.setup()  # a second call wraps nothing twice
+    assert all(cls.__init__._sera_checked for cls in classes)
+    assert not getattr(PPOTrainer.__init__.__wrapped__, "_sera_checked", False)
+    config = compose([*RECIPE, override])
+    built = RayPPOTrainer if not config.trainer.use_v1 else \
+        get_trainer_cls(config.trainer.v1.trainer_mode)
+    with pytest.raises(ValueError, match=re.escape(named)):
+        built(config, None, {}) if built is RayPPOTrainer else built(config)
+
+
+def test_the_setup_hook_wraps_the_legacy_trainer_when_verl_imports_it_later():
+    """In a Ray worker the hook runs before verl imports its V0 trainer (main_ppo_v0 does, for
+    trainer.use_v1=false): the wrap waits for that import instead of forcing it."""
+    code = ("import sys; import sera.integrations.verl as v; v.setup(); "
+            "assert v.V0_MODULE not in sys.modules; "
+            "from verl.trainer.ppo.ray_trainer import RayPPOTrainer; "
+            "print(getattr(RayPPOTrainer.__init__, '_sera_checked', False))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=_environment(), timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split()[-1] == "True"

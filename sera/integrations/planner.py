@@ -18,6 +18,7 @@ layout by sizes.)
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 from time import perf_counter
@@ -245,20 +246,22 @@ class Planner:
                 "allocator": as_dict(self.allocator)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume from `state_dict()`'s output, refusing a history of another training set,
-        another number of rollouts per prompt (n0: TRL's num_generations, verl's rollout.n),
-        another epoch length or another allocator."""
-        missing = [k for k in ("history", "n0", "planned") if k not in state]
+        """Resume from `state_dict()`'s output, checked value by value before anything changes:
+        refused (ValueError naming the field) are a history of another training set, another
+        number of rollouts per prompt (n0: TRL's num_generations, verl's rollout.n), another
+        epoch length or another allocator (the saved allocator must be there), a history whose
+        own rule, discount, weight or prior differ from that allocator's, counts that are not
+        finite and non-negative, per-prompt arrays of different lengths, an epoch counter out of
+        range and a last batch that names rows outside the training set."""
+        missing = [k for k in ("history", "n0", "planned", "allocator") if k not in state]
         if missing:
             raise ValueError(f"the saved state lacks {', '.join(missing)}: it was not written by "
-                             f"Planner.state_dict")
-        saved = len(state["history"]["successes"])
-        if saved != self.n_prompts:
-            raise ValueError(f"the saved history covers n_prompts = {saved} prompts, the training "
-                             f"set has {self.n_prompts}; resume with the same training set (after "
-                             f"the same filtering) or start a new history")
+                             f"Planner.state_dict (or was cut short)")
         mine = as_dict(self.allocator)
-        theirs = state.get("allocator", mine)
+        theirs = state["allocator"]
+        if not isinstance(theirs, dict):
+            raise ValueError(f"the saved allocator must be an object of AllocatorConfig's "
+                             f"fields, got {theirs!r}")
         differ = differences(theirs, mine)
         if differ:
             raise ValueError(
@@ -270,9 +273,33 @@ class Planner:
                 raise ValueError(f"the saved history was kept with {name} = {state[name]!r}, "
                                  f"this run has {name} = {now!r}; resume with the saved setting "
                                  f"or start a new history")
-        self.history.load_state_dict(state["history"])
-        self.planned = int(state["planned"])
-        self.last_plan = state.get("last_plan")  # absent in files of earlier versions
+        history = self.allocator.history(self.n_prompts)
+        if not isinstance(state["history"], dict):
+            raise ValueError(f"the saved history must be an object, got "
+                             f"{type(state['history']).__name__}")
+        history.load_state_dict(state["history"])
+        if history.n_prompts != self.n_prompts:
+            raise ValueError(f"the saved history covers n_prompts = {history.n_prompts} prompts, "
+                             f"the training set has {self.n_prompts}; resume with the same "
+                             f"training set (after the same filtering) or start a new history")
+        expected = self.allocator.history(1)
+        for field in ("rule", "gamma", "weight", "alpha", "beta"):
+            if getattr(history, field) != getattr(expected, field):
+                raise ValueError(f"the saved history's own {field} = "
+                                 f"{getattr(history, field)!r} differs from its allocator's "
+                                 f"({getattr(expected, field)!r}); the file was edited or "
+                                 f"assembled from two runs: start a new history")
+        planned = state["planned"]
+        limit = self.prompts_per_epoch if self.prompts_per_epoch is not None else np.inf
+        if isinstance(planned, bool) or not isinstance(planned, int) or not 0 <= planned <= limit:
+            raise ValueError(f"the saved planned (prompts planned since the last epoch fold) must "
+                             f"be an integer in [0, {limit}], got {planned!r}")
+        last_plan = state.get("last_plan")  # absent in files of earlier versions
+        if last_plan is not None:
+            _check_last_plan(last_plan, self.n_prompts)
+        self.history = history
+        self.planned = planned
+        self.last_plan = last_plan
         self.pending.clear()
 
     def save(self, folder) -> str:
@@ -282,13 +309,26 @@ class Planner:
         return path
 
     def load(self, folder) -> None:
-        """Resume from folder/sera_history.json."""
+        """Resume from folder/sera_history.json; every refusal names the file."""
         path = os.path.join(folder, HISTORY_FILE)
         if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} is missing: the checkpoint was not written with "
-                                    f"SERA's plug-in, so the success history cannot resume; "
-                                    f"resume from a checkpoint the plug-in wrote, or start anew")
+            scratch = [name for name in os.listdir(folder)
+                       if name.startswith(f".{HISTORY_FILE}.")] if os.path.isdir(folder) else []
+            why = (f"its save was killed while writing it ({scratch[0]} is left beside it)"
+                   if scratch else "the checkpoint was not written with SERA's plug-in")
+            raise FileNotFoundError(f"{path} is missing: {why}, so the success history cannot "
+                                    f"resume; resume from an earlier checkpoint the plug-in "
+                                    f"wrote whole, or start anew")
         self.load_file_state(read_state(path), path)
+
+    def loads_from(self, folder) -> str | None:
+        """None when folder/sera_history.json would resume this planner, else why not (the
+        planner itself is left as it is)."""
+        try:
+            copy.deepcopy(self).load(folder)
+        except (OSError, ValueError) as exc:
+            return str(exc)
+        return None
 
     def load_file_state(self, state: dict, path) -> None:
         """load_state_dict(state) for the state read from path; an error names the file."""
@@ -357,6 +397,21 @@ def plan_metrics(counts, estimates, fallback: bool, epoch: int) -> dict[str, flo
               "sera/hardest_decile_budget": counts[hardest].sum() / max(counts.sum(), 1.0),
               "sera/p_hat_spread": float(estimates.std()), "sera/epoch": float(epoch)}
     return {key: float(values[key]) for key in METRICS}
+
+
+def _check_last_plan(plan, n_prompts: int) -> None:
+    """The saved last batch: rows in [0, n_prompts) and counts >= 0, as integers, one each."""
+    if not isinstance(plan, dict) or not {"rows", "counts", "fallback"} <= set(plan):
+        raise ValueError(f"the saved last_plan must hold rows, counts and fallback, got {plan!r}")
+    rows, counts = plan["rows"], plan["counts"]
+    integers = all(isinstance(v, int) and not isinstance(v, bool) for v in [*rows, *counts])
+    if not isinstance(rows, list) or not isinstance(counts, list) or not integers \
+            or len(rows) != len(counts):
+        raise ValueError("the saved last_plan's rows and counts must be lists of integers of one "
+                         "length")
+    if any(not 0 <= r < n_prompts for r in rows) or any(n < 0 for n in counts):
+        raise ValueError(f"the saved last_plan's rows must lie in [0, {n_prompts}) and its "
+                         f"counts be >= 0")
 
 
 def read_state(path) -> dict:

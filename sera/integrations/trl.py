@@ -179,24 +179,42 @@ TRAINER_STATE = "trainer_state.json"
 """transformers writes it last in a checkpoint, after the weights and the optimizer."""
 
 
-def _complete(folder) -> bool:
-    return all(os.path.isfile(os.path.join(folder, name))
-               for name in (TRAINER_STATE, HISTORY_FILE))
-
-
-def last_complete_checkpoint(output_dir) -> str:
-    """The newest output_dir/checkpoint-N holding both trainer_state.json and sera_history.json;
-    ValueError when there is none."""
+def last_complete_checkpoint(output_dir, planner: Planner | None = None) -> str:
+    """The newest output_dir/checkpoint-N whose save finished (trainer_state.json is there) and
+    whose sera_history.json resumes `planner` (without one: is there and reads as JSON). Newer
+    checkpoints passed over (a save killed half-way, a history cut short by a copy or a full
+    disk) are logged with the reason; ValueError when none is usable."""
     found = []
     if os.path.isdir(output_dir):
         for name in os.listdir(output_dir):
             match = re.fullmatch(r"checkpoint-(\d+)", name)
-            if match and _complete(os.path.join(output_dir, name)):
-                found.append((int(match.group(1)), name))
-    if not found:
-        raise ValueError(f"no complete checkpoint (trainer_state.json and {HISTORY_FILE}) in "
-                         f"{output_dir} to resume from")
-    return os.path.join(output_dir, max(found)[1])
+            if match:
+                found.append((int(match.group(1)), os.path.join(output_dir, name)))
+    skipped = []
+    for _, folder in sorted(found, reverse=True):
+        why = _unusable(folder, planner)
+        if why is None:
+            for other, reason in skipped:
+                logger.warning("resuming from %s, not from the newer %s: %s", folder, other,
+                               reason)
+            return folder
+        skipped.append((folder, why))
+    reasons = "".join(f"\n  {folder}: {why}" for folder, why in skipped)
+    raise ValueError(f"no complete checkpoint (trainer_state.json and a {HISTORY_FILE} that "
+                     f"resumes this run) in {output_dir} to resume from{reasons}")
+
+
+def _unusable(folder, planner: Planner | None) -> str | None:
+    """Why the checkpoint folder cannot be resumed from, or None."""
+    if not os.path.isfile(os.path.join(folder, TRAINER_STATE)):
+        return f"no {TRAINER_STATE} (its save did not finish)"
+    if planner is not None:
+        return planner.loads_from(folder)
+    try:
+        read_state(os.path.join(folder, HISTORY_FILE))
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def refuse_incomplete(checkpoint) -> None:
@@ -221,7 +239,7 @@ def zero_std_share(rewards: np.ndarray, counts: np.ndarray) -> float:
 
 
 _SERA_FIELDS = ("n_min", "n_max", "n_max_factor", "rounding", "u_min", "history_rule",
-                "history_gamma", "history_weight")
+                "history_gamma", "history_weight", "history_prior")
 """AllocatorConfig's fields that SeraGRPOConfig carries, each as sera_<name>."""
 
 
@@ -250,14 +268,25 @@ class SeraGRPOConfig(GRPOConfig):
         default=0.5, metadata={"help": "SERA: discount per epoch of the historical evidence."})
     sera_history_weight: float = dataclasses.field(
         default=16.0, metadata={"help": "SERA: weight of an epoch's rate under the rate rule."})
+    sera_history_prior: list[float] = dataclasses.field(
+        default_factory=lambda: [1.0, 1.0],
+        metadata={"help": "SERA: the Beta(alpha, beta) prior of the historical estimate, two "
+                          "numbers."})
 
     def __post_init__(self):
+        # Before GRPOConfig's own checks and long before a model loads: a bad sera_* value
+        # (`--sera_history_rule x`, `--sera_history_gamma 7`) stops the parser, named.
+        self.sera_allocator()
         super().__post_init__()
-        self.sera_allocator()  # an invalid setting is refused here, with the parser's message
 
     def sera_allocator(self) -> AllocatorConfig:
-        """The AllocatorConfig these arguments hold."""
-        return AllocatorConfig(**{name: getattr(self, f"sera_{name}") for name in _SERA_FIELDS})
+        """The AllocatorConfig these arguments hold; a bad value raises ValueError naming its
+        sera_* field."""
+        try:
+            return AllocatorConfig(**{name: getattr(self, f"sera_{name}")
+                                      for name in _SERA_FIELDS})
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"sera_{exc}") from exc
 
 
 class SeraGRPOTrainer(GRPOTrainer):
@@ -413,11 +442,13 @@ class SeraGRPOTrainer(GRPOTrainer):
 
     # ---------------------------------------------------------------------------- checkpoints
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        """GRPOTrainer.train; resume_from_checkpoint=True takes the newest *complete* checkpoint
-        (transformers takes the newest folder, which a crash inside a save leaves half written),
-        and a named checkpoint without trainer_state.json is refused."""
+        """GRPOTrainer.train; resume_from_checkpoint=True takes the newest checkpoint whose save
+        finished and whose history resumes this run (transformers takes the newest folder, which
+        a crash inside a save leaves half written; `last_complete_checkpoint` logs what it
+        passed over), and a named checkpoint without trainer_state.json is refused."""
         if resume_from_checkpoint is True:
-            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir)
+            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir,
+                                                              self.sera_planner)
         elif isinstance(resume_from_checkpoint, str | os.PathLike):
             refuse_incomplete(resume_from_checkpoint)
         return super().train(resume_from_checkpoint, *args, **kwargs)

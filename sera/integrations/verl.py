@@ -23,9 +23,20 @@ Importing this module registers two things with verl:
 
 Both must be registered in the Ray workers that use them:
 `+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=sera.integrations.verl.setup`. The
-config group sera.integrations.verl_recipe sets that, the mode, the estimator and the allocator's
-options (`sera.*`) with one override: `hydra.searchpath=[pkg://sera.integrations.verl_recipe]
-+sera=paper`.
+entry point `python -m sera.integrations.verl_main [overrides]` (sera.integrations.verl_main) is
+verl's main_ppo with the config group sera.integrations.verl_recipe built in: that, the mode, the
+estimator and the allocator's options (`sera.*`), with nothing to add on the command line. On
+verl's own main_ppo the same group takes two overrides,
+`hydra.searchpath=[pkg://sera.integrations.verl_recipe] +sera=paper`, and a missing search path
+turns `+sera=paper` into a plain string that verl never reads.
+
+A config that asks for SERA (a `sera:` block, or the sera_sync mode) without every piece (the
+block, trainer.use_v1=true with the mode, the estimator, the workers' setup hook) is refused by
+name before the first generation (`refuse_partial`): by the entry point before Ray starts, and
+by every verl trainer the setup hook reaches (`setup`), so that `trainer.use_v1=false` or
+another trainer mode after `+sera=paper` stops the run instead of training MaxRL at uniform
+counts. The estimator alone, without a `sera:` block or the mode, is MaxRL (a baseline), which
+it logs once at the first batch.
 examples/verl/ has the GSM8K / SmolLM2 launchers (one node, a Ray cluster) and the data preparation.
 
 Loss aggregation: sera's token-mean is `actor_rollout_ref.actor.loss_agg_mode=token-mean`; sera's
@@ -56,6 +67,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
+import importlib.abc
+import importlib.util
 import logging
 import os
 import sys
@@ -107,8 +121,107 @@ if verl.__version__ != VERL_VERSION:
                    verl.__version__)
 
 
+HOOK = "sera.integrations.verl.setup"
+"""The workers' setup hook the recipe sets (ray_kwargs.ray_init.runtime_env)."""
+PIECES = {
+    "the sera: block (+sera=paper)": lambda c: OmegaConf.select(c, "sera") is not None,
+    "trainer.use_v1=true": lambda c: OmegaConf.select(c, "trainer.use_v1") is True,
+    f"trainer.v1.trainer_mode={MODE}":
+        lambda c: OmegaConf.select(c, "trainer.v1.trainer_mode") == MODE,
+    f"algorithm.adv_estimator={ESTIMATOR}":
+        lambda c: OmegaConf.select(c, "algorithm.adv_estimator") == ESTIMATOR,
+    f"ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={HOOK}":
+        lambda c: OmegaConf.select(c, "ray_kwargs.ray_init.runtime_env."
+                                      "worker_process_setup_hook") == HOOK,
+}
+"""What a SERA run needs, each with how to tell it is there; the recipe sets them all."""
+
+
+def refuse_partial(config) -> None:
+    """Raise ValueError when the config asks for SERA (a `sera:` block, or the sera_sync mode)
+    but lacks one of PIECES, naming what is missing, and when `sera` is a plain string (what
+    `+sera=paper` leaves without the recipe's search path). Configs that ask for nothing of
+    SERA's, the `sera_maxrl` estimator alone (MaxRL) among them, pass."""
+    block = OmegaConf.select(config, "sera")
+    if block is not None and not OmegaConf.is_dict(block) and not isinstance(block, dict):
+        raise ValueError(f"sera={block!r} is a plain value, not the recipe's options: "
+                         f"`+sera=paper` without hydra.searchpath=[pkg://sera.integrations."
+                         f"verl_recipe] sets a string that no code reads, and the run would "
+                         f"train without SERA. Start it with `python -m "
+                         f"sera.integrations.verl_main` (the recipe built in), or add the "
+                         f"search path before +sera=paper")
+    asked = block is not None or OmegaConf.select(config, "trainer.v1.trainer_mode") == MODE
+    missing = [name for name, there in PIECES.items() if not there(config)]
+    if asked and missing:
+        raise ValueError(f"this config asks for SERA but lacks {'; '.join(missing)}: without "
+                         f"it verl trains at uniform counts (MaxRL or another estimator), not "
+                         f"SERA. Drop the override that removed it, or start from `python -m "
+                         f"sera.integrations.verl_main`, which sets them all")
+
+
+V0_MODULE = "verl.trainer.ppo.ray_trainer"
+"""The legacy V0 trainer's module (RayPPOTrainer); verl imports it for trainer.use_v1=false."""
+
+
+def _v1_classes() -> list[type]:
+    """verl's V1 trainer base and every registered trainer mode (a mode may check its config in
+    its own __init__ before the base's)."""
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
+
+    return [PPOTrainer, *TRAINER_REGISTRY.values()]
+
+
 def setup() -> None:
-    """Ray's worker_process_setup_hook: importing this module registered everything."""
+    """Ray's worker_process_setup_hook: importing this module registered the estimator and the
+    mode; here every verl trainer built in this process (the task runner builds it before the
+    first generation) is made to call refuse_partial on its config first, whatever mode verl
+    picked. The legacy V0 trainer is wrapped when verl imports its module (importing it here,
+    inside the hook, would start Ray work in a worker that is not ready for it)."""
+    _check_inits(_v1_classes())
+    if V0_MODULE in sys.modules:
+        _check_inits([sys.modules[V0_MODULE].RayPPOTrainer])
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(V0_MODULE,
+                                             lambda module: _check_inits([module.RayPPOTrainer])))
+
+
+def _check_inits(classes) -> None:
+    for cls in classes:
+        init = cls.__dict__.get("__init__")  # only a class's own; an inherited one is wrapped
+        if init is not None and not getattr(init, "_sera_checked", False):
+            cls.__init__ = _checked(init)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls then(module) right after the module `name` is first imported, then steps aside."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, name, path, target=None):
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module):
+                run(module)
+                self.then(module)
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+def _checked(init):
+    @functools.wraps(init)
+    def checked(self, config, *args, **kwargs):
+        refuse_partial(config)
+        init(self, config, *args, **kwargs)
+
+    checked._sera_checked = True
+    return checked
 
 
 OUTSIDE_MODE = (f"algorithm.adv_estimator={ESTIMATOR} is running outside "
@@ -143,8 +256,9 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
     Parameters
     ----------
     token_level_rewards, response_mask : Tensor
-        (responses, response_length); a response's reward is its token rewards' sum, a success
-        indicator in [0, 1].
+        (responses, response_length); a response's reward is its token rewards' sum over every
+        position, the response mask aside (verl puts the score on the last response token
+        whatever its mask, and the history records that sum), a success indicator in [0, 1].
     index : array, (responses,)
         Each response's prompt (verl's uid). Padding rows (uid `pad<hex>`), and under
         `planned_only` any uid the planner did not send out, get advantage 0 and count in
@@ -168,7 +282,9 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
     if _planned is None and not _warned_alone:
         _warned_alone = True
         logger.warning(OUTSIDE_MODE)
-    scores = (token_level_rewards * response_mask).sum(dim=-1).detach().double().cpu()
+    # Unmasked: an agent loop may mask the token verl scored (a tool turn's boundary, a cut at
+    # response_length); the history records the same sum from rm_scores.
+    scores = token_level_rewards.sum(dim=-1).detach().double().cpu()
     uids = np.asarray(index, dtype=object).astype(str)
     real = ~np.char.startswith(uids, PAD_PREFIX)
     if _planned is not None:
@@ -302,6 +418,7 @@ class SeraTrainerSync(PPOTrainerSync):
 
     def __init__(self, config, *args, **kwargs):
         refuse_unsupported(config)
+        refuse_partial(config)
         # verl picks its replay buffer and prompt bookkeeping by `trainer_mode == "sync"`; this
         # mode is the sync trainer, so it runs under that name once main_ppo has chosen the class.
         config = copy.deepcopy(config)

@@ -42,8 +42,10 @@ from sera.plotting.study import (
     plot_validation_over_training,
 )
 from sera.plotting.style import STYLES, message_figure, method_style, new_figure, savefig
+from sera.plotting.sweep import plot_frontier
 
 __all__ = [
+    "plot_frontier",
     "STYLES",
     "message_figure",
     "method_style",

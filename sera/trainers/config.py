@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sera.counts import WATERLINE
-from sera.history import SuccessHistory
+from sera.history import HISTORY_RULES, SuccessHistory
 from sera.methods import METHODS
 from sera.tables import RUN_KEYS
 
@@ -58,6 +58,21 @@ class AllocatorConfig:
                              f"{self.rounding!r}")
         if self.u_min is not None and not 0 <= self.u_min < 1:
             raise ValueError(f"u_min must lie in [0, 1), got {self.u_min}")
+        if self.history_rule is not None and self.history_rule not in HISTORY_RULES:
+            raise ValueError(f"history_rule must be one of {HISTORY_RULES} or None (the "
+                             f"method's own), got {self.history_rule!r}")
+        # the history's own checks, here so that a bad value fails where it is set
+        prior = tuple(self.history_prior)
+        if len(prior) != 2:
+            raise ValueError(f"history_prior must be two numbers (alpha, beta), got {prior!r}")
+        try:
+            SuccessHistory(1, gamma=self.history_gamma, alpha=prior[0], beta=prior[1],
+                           weight=self.history_weight)
+        except (ValueError, TypeError) as exc:
+            name, rest = str(exc).split(" ", 1)
+            field = {"alpha": "history_prior's alpha", "beta": "history_prior's beta"}.get(
+                name, f"history_{name}")
+            raise ValueError(f"{field} {rest}") from exc
         # a tuple whatever sequence was given (a list from JSON or by hand): the config hashes
         object.__setattr__(self, "history_prior", tuple(self.history_prior))
 

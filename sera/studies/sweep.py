@@ -1,0 +1,201 @@
+"""A learning-rate sweep at a confirmation point: every (method, step) cell's Pass@K, the step each
+method chooses on held-out prompts that do not report the result, the tuned comparison, and the
+step-per-evidence account's registered predictions checked against the runs.
+
+The held-out prompts are split once, by index: even prompts choose each method's step (SELECT),
+odd prompts report the comparison at the chosen steps (REPORT), so the choice never sees the
+prompts it is judged on. A point is a sweep when its arms change only the learning rate
+(`lr` in their changes); the step multiplier is that rate over the preset's.
+
+    python -m sera.studies.sweep maze-n0-8-long-lr      # tables, and figures/lr_frontier_<point>
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from sera.results import per_prompt_pass, t_half_width
+from sera.studies.confirm.points import MIN_SEEDS, point
+from sera.studies.confirm.storage import stored_table
+from sera.studies.diagnosis import drift, paired
+
+SELECT, REPORT = "select", "report"
+"""The two halves of the held-out prompts: even indices choose, odd ones report."""
+KS = (1, 8, 32)
+
+
+def half(prompts) -> np.ndarray:
+    """SELECT for an even held-out prompt index, REPORT for an odd one."""
+    return np.where(np.asarray(prompts) % 2 == 0, SELECT, REPORT)
+
+
+def multipliers(name: str) -> dict[str, float]:
+    """Each arm's step as a multiple of the preset's, by arm name; ValueError for an arm that
+    changes anything but the learning rate (the point is then no sweep)."""
+    p = point(name)
+    out = {}
+    for a in p.arms:
+        changes = dict(a.changes)
+        if set(changes) - {"lr"}:
+            raise ValueError(f"{name}: arm {a.name!r} changes {sorted(set(changes) - {'lr'})}, "
+                             f"not only the learning rate: not a sweep")
+        out[a.name] = round(changes.get("lr", p.config.lr) / p.config.lr, 4)
+    return out
+
+
+def per_seed(name: str, ks=KS) -> pd.DataFrame:
+    """Final Pass@K of every run, averaged over the prompts of each half and over all of them:
+    columns method, multiplier, seed, k, split (SELECT, REPORT or "all"), value."""
+    final = stored_table(name, "final")
+    steps = multipliers(name)
+    final = final.assign(multiplier=final["arm"].map(steps), split=half(final["prompt"]))
+    rows = []
+    for (method, mult, seed), run in final.groupby(["method", "multiplier", "seed"]):
+        for k in ks:
+            passed = per_prompt_pass(run, k)
+            for split in (SELECT, REPORT, "all"):
+                mine = np.ones(len(run), bool) if split == "all" else \
+                    (run["split"] == split).to_numpy()
+                rows.append({"method": method, "multiplier": mult, "seed": int(seed), "k": k,
+                             "split": split, "value": float(passed[mine].mean())})
+    return pd.DataFrame(rows)
+
+
+def cells(name: str, split: str = "all", ks=KS) -> pd.DataFrame:
+    """Mean Pass@K over seeds of every (method, multiplier) cell with its Student-t interval over
+    seeds: columns method, multiplier, k, mean, low, high, seeds."""
+    table = per_seed(name, ks)
+    table = table[table["split"] == split]
+    out = table.groupby(["method", "multiplier", "k"])["value"].agg(["mean", "std", "count"])
+    half_width = t_half_width(out["std"].to_numpy(), out["count"].to_numpy())
+    return pd.DataFrame({"mean": out["mean"], "low": out["mean"] - half_width,
+                         "high": out["mean"] + half_width,
+                         "seeds": out["count"]}).reset_index()
+
+
+def chosen(name: str) -> pd.DataFrame:
+    """Each method's step: the multiplier with the highest mean final Pass@1 on SELECT among the
+    cells with MIN_SEEDS seeds or more (ties to the smaller step), the rule the point registered
+    before its runs. Columns method, multiplier, select_pass1, cells (those it chose among),
+    at_edge (the choice is the grid's smallest or largest step, so the best may lie beyond)."""
+    table = cells(name, SELECT, ks=(1,))
+    grid = sorted(set(multipliers(name).values()))
+    rows = []
+    for method, part in table[table["seeds"] >= MIN_SEEDS].groupby("method"):
+        part = part.sort_values("multiplier")
+        best = part.loc[part["mean"].idxmax()]  # idxmax keeps the first: the smaller step
+        rows.append({"method": method, "multiplier": float(best["multiplier"]),
+                     "select_pass1": float(best["mean"]), "cells": len(part),
+                     "at_edge": best["multiplier"] in (grid[0], grid[-1])})
+    return pd.DataFrame(rows)
+
+
+def welch(a, b, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean of a minus mean of b with Welch's interval (unequal variances), as scipy gives it."""
+    test = stats.ttest_ind(np.asarray(a, float), np.asarray(b, float), equal_var=False)
+    interval = test.confidence_interval(confidence)
+    return float(np.mean(a) - np.mean(b)), float(interval.low), float(interval.high)
+
+
+def compare_cells(name: str, treatment: tuple[str, float], control: tuple[str, float],
+                  split: str = REPORT, ks=KS) -> pd.DataFrame:
+    """Pass@K of one cell minus another's on a split, per K: Welch (unpaired) gain and interval,
+    and the paired one over the seeds both ran (pairing by seed carries little once two runs
+    have drifted apart). Each cell is (method, multiplier)."""
+    table = per_seed(name, ks)
+    table = table[table["split"] == split]
+    rows = []
+    for k in ks:
+        a, b = (_cell(table[table["k"] == k], cell) for cell in (treatment, control))
+        if len(a) < 2 or len(b) < 2:
+            continue
+        gain, low, high = welch(a, b)
+        both = paired(pd.DataFrame({"a": a, "b": b}), "a", "b", 0.95)
+        rows.append({"k": k, "gain": gain, "low": low, "high": high,
+                     "paired_gain": both["gain"], "paired_low": both["low"],
+                     "paired_high": both["high"], "seeds": (len(a), len(b))})
+    return pd.DataFrame(rows)
+
+
+def _cell(table: pd.DataFrame, cell: tuple[str, float]) -> pd.Series:
+    """A (method, multiplier) cell's per-seed values, by seed."""
+    mine = table[(table["method"] == cell[0]) & (table["multiplier"] == cell[1])]
+    return mine.set_index("seed")["value"]
+
+
+def tuned(name: str, treatment: str = "sera", control: str = "maxrl") -> pd.DataFrame:
+    """The treatment at its chosen step against the control at its own, on REPORT."""
+    steps = chosen(name).set_index("method")["multiplier"]
+    missing = [m for m in (treatment, control) if m not in steps]
+    if missing:
+        raise ValueError(f"{name}: no cell of {missing} has {MIN_SEEDS} seeds yet")
+    out = compare_cells(name, (treatment, steps[treatment]), (control, steps[control]))
+    return out.assign(treatment=f"{treatment} x{steps[treatment]:g}",
+                      control=f"{control} x{steps[control]:g}")
+
+
+def second_half(name: str, metric: str) -> pd.DataFrame:
+    """How a training metric moved over the second half of every run, per cell (drift over the
+    steps from half-way on): columns method, multiplier, start, end, change, low, high, below."""
+    metrics = stored_table(name, "metrics")
+    metrics = metrics[(metrics["metric"] == metric)
+                      & (metrics["step"] >= metrics["step"].max() / 2)]
+    table = drift(metrics, metric, k=None)
+    steps = multipliers(name)
+    arms = table["arm"]
+    return table.assign(method=arms.map(lambda a: a.split(" ")[0]),
+                        multiplier=arms.map(steps)).drop(columns="arm")
+
+
+def account(name: str, control: str = "maxrl", step: float = 1.3) -> dict:
+    """The registered prediction (a): the control at `step` x the preset against itself at 1x
+    on all held-out prompts at Pass@1, with how many seeds ended below the warm-up and how its
+    training reward and token entropy moved over the second half."""
+    gap = compare_cells(name, (control, step), (control, 1.0), split="all", ks=(1,))
+    if gap.empty:
+        return {}
+    metrics = stored_table(name, "metrics")
+    evaluations = metrics[(metrics["metric"] == "val_pass") & (metrics["k"] == 1)]
+    steps = multipliers(name)
+    mine = evaluations[evaluations["arm"].map(steps).eq(step)
+                       & evaluations["method"].eq(control)]
+    start = mine[mine["step"] == 0].set_index("seed")["value"]
+    end = mine[mine["step"] == mine["step"].max()].set_index("seed")["value"]
+    trends = {m: second_half(name, m).set_index(["method", "multiplier"]).loc[(control, step)]
+              for m in ("train_reward", "token_entropy")}
+    return {**gap.iloc[0].to_dict(), "below_warmup": int((end < start.reindex(end.index)).sum()),
+            "seeds": int(end.size), "reward_change": float(trends["train_reward"]["change"]),
+            "entropy_change": float(trends["token_entropy"]["change"])}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="A learning-rate sweep's tables and frontier.")
+    parser.add_argument("point")
+    parser.add_argument("--no-figure", action="store_true")
+    args = parser.parse_args(argv)
+    pd.set_option("display.width", 160)
+    for split in ("all", SELECT, REPORT):
+        print(f"\nPass@K by cell, held-out prompts: {split}")
+        print(cells(args.point, split).round(4).to_string(index=False))
+    print("\nEach method's step, chosen on", SELECT)
+    print(chosen(args.point).to_string(index=False))
+    try:
+        print("\nTuned comparison on", REPORT)
+        print(tuned(args.point).round(4).to_string(index=False))
+    except ValueError as exc:
+        print(exc)
+    print("\nThe account's prediction (a):", account(args.point))
+    if not args.no_figure:
+        from sera.plotting import savefig
+        from sera.plotting.sweep import plot_frontier
+
+        print(savefig(plot_frontier(cells(args.point)), f"lr_frontier_{args.point}"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

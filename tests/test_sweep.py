@@ -1,0 +1,100 @@
+"""sera.studies.sweep on the stored learning-rate sweep, recomputed with independent code: Pass@K
+from the combinatorial definition, the selection rule by brute force over the cells, Welch's
+interval from its textbook formula."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from sera.plotting.sweep import plot_frontier
+from sera.studies import sweep
+from sera.studies.confirm.points import MIN_SEEDS
+from sera.studies.confirm.storage import stored_table
+
+POINT = "maze-n0-8-long-lr"
+
+
+def _pass(n, c, k):
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@pytest.fixture(scope="module")
+def final():
+    return stored_table(POINT, "final")
+
+
+def test_every_arm_of_the_sweep_changes_only_the_step():
+    steps = sweep.multipliers(POINT)
+    assert steps["maxrl"] == steps["sera"] == 1.0
+    assert sorted(set(steps.values())) == [0.35, 0.5, 0.7, 1.0, 1.3]
+    assert all(steps[f"{m} lr-{x:g}"] == x for m in ("maxrl", "sera") for x in (0.35, 0.5, 0.7,
+                                                                                   1.3))
+
+
+def test_a_cell_is_the_mean_over_seeds_of_each_runs_mean_over_its_half(final):
+    table = sweep.cells(POINT, sweep.REPORT)
+    row = table.iloc[len(table) // 2]
+    steps = sweep.multipliers(POINT)
+    runs = final[(final["method"] == row["method"]) & (final["prompt"] % 2 == 1)
+                 & (final["arm"].map(steps) == row["multiplier"])]
+    per_seed = runs.groupby("seed").apply(
+        lambda run: np.mean([_pass(n, c, int(row["k"]))
+                             for n, c in zip(run["n"], run["correct"], strict=True)]),
+        include_groups=False)
+    assert row["mean"] == pytest.approx(per_seed.mean(), abs=1e-12)
+    assert row["seeds"] == per_seed.size
+    half = stats.t.ppf(0.975, per_seed.size - 1) * per_seed.std(ddof=1) / np.sqrt(per_seed.size)
+    assert row["high"] - row["mean"] == pytest.approx(half, rel=1e-9)
+
+
+def test_the_chosen_step_is_the_best_selection_half_cell_by_brute_force(final):
+    steps = sweep.multipliers(POINT)
+    picked = sweep.chosen(POINT).set_index("method")
+    chosen_by_hand = {}
+    for method in ("maxrl", "sera"):
+        best = None
+        for mult in sorted(set(steps.values())):
+            runs = final[(final["method"] == method) & (final["arm"].map(steps) == mult)
+                         & (final["prompt"] % 2 == 0)]
+            if runs["seed"].nunique() < MIN_SEEDS:
+                continue
+            score = runs.groupby("seed").apply(lambda r: (r["correct"] / r["n"]).mean(),
+                                               include_groups=False).mean()
+            if best is None or score > best[1] + 1e-12:
+                best = (mult, score)
+        if best is not None:
+            chosen_by_hand[method] = best[0]
+            assert picked.loc[method, "select_pass1"] == pytest.approx(best[1], abs=1e-12)
+    assert picked["multiplier"].to_dict() == chosen_by_hand
+
+
+def test_welch_matches_its_formula():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0.4, 0.05, 6), rng.normal(0.35, 0.12, 9)
+    gain, low, high = sweep.welch(a, b)
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = stats.t.ppf(0.975, dof) * math.sqrt(va + vb)
+    assert gain == pytest.approx(a.mean() - b.mean())
+    assert (low, high) == pytest.approx((gain - half, gain + half))
+
+
+def test_the_frontier_draws_a_line_per_method_through_its_steps():
+    table = sweep.cells(POINT)
+    fig = plot_frontier(table, ks=(8, 32))
+    assert len(fig.axes) == 2
+    labels = {t.get_text() for t in fig.axes[0].texts}
+    expected = {f"{m:g}x" for m in table["multiplier"]}
+    assert labels == expected
+    drawn = [line for line in fig.axes[1].lines if len(line.get_xdata()) > 1 or
+             line.get_marker() == "o"]
+    assert len(drawn) >= table["method"].nunique()
+
+
+def test_a_point_whose_arms_change_more_than_the_step_is_no_sweep():
+    with pytest.raises(ValueError, match="not only the learning rate"):
+        sweep.multipliers("math-n0-4-320-avx2")
+    assert isinstance(sweep.half(pd.Series([0, 1, 2])), np.ndarray)
