@@ -4,7 +4,6 @@ bootstrap intervals of a difference between two methods over the same questions.
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from sera import _checks
 
@@ -78,6 +77,8 @@ def paired_bootstrap(a, b, n_resamples: int = 10_000, confidence: float = 0.95, 
     if a.size < 2:
         raise ValueError(f"need at least 2 questions to bootstrap, got {a.size}")
     confidence = _checks.real(confidence, "confidence", 0.0, 1.0, low_open=True)
+    from scipy import stats  # here, not at import: scipy.stats takes seconds to load
+
     result = stats.bootstrap((a, b), lambda x, y, axis=-1: np.mean(x - y, axis=axis),
                              paired=True, vectorized=True, n_resamples=n_resamples,
                              confidence_level=confidence, method="percentile",

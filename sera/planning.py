@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 
 from sera import _checks
+from sera.allocator_config import AllocatorConfig
 from sera.counts import Allocation
 from sera.methods import METHODS, plan
-from sera.trainers.config import AllocatorConfig
 
 
 def method_plan(name: str, p_hat, n0: int, allocator=None) -> Allocation:

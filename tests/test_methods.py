@@ -115,6 +115,20 @@ def test_the_math_core_imports_without_torch():
     assert out.stdout.strip() == "False"
 
 
+def test_import_sera_loads_neither_the_trainers_nor_pandas_nor_scipy():
+    """The core sits below the trainers: `import sera` (a grading kernel's first cell) loads
+    numpy and the package's math, and the allocator's settings from the core."""
+    code = ("import sys, sera; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('pandas', 'scipy', 'torch', 'matplotlib') or m.startswith('sera.trainers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+    from sera.allocator_config import AllocatorConfig
+    from sera.trainers.config import AllocatorConfig as kept
+
+    assert kept is AllocatorConfig  # the trainers' name for it still works
+
+
 def test_sera_is_the_papers_method_and_its_variants_carry_their_own_names():
     from sera.methods import SAFEGUARD, U_MIN
 

@@ -26,7 +26,8 @@ def plot_frontier(cells: pd.DataFrame, ks=(8, 32), title: str = ""):
             ax.errorbar(100 * x["mean"], 100 * y["mean"],
                         xerr=[100 * (x["mean"] - x["low"]), 100 * (x["high"] - x["mean"])],
                         yerr=[100 * (y["mean"] - y["low"]), 100 * (y["high"] - y["mean"])],
-                        marker="o", ms=4, capsize=2, lw=1.4, label=method, **style)
+                        marker="o", ms=4, capsize=2, lw=1.4, elinewidth=0.8,
+                        ecolor=style["color"] + "80", label=method, **style)
             for mult, xv, yv in zip(x.index, x["mean"], y["mean"], strict=True):
                 ax.annotate(f"{mult:g}x", (100 * xv, 100 * yv), textcoords="offset points",
                             xytext=(4, 3), fontsize=7, color=style["color"])

@@ -21,11 +21,10 @@ import pandas as pd
 
 from sera import runstore
 from sera.results import paired_gain, per_prompt_pass, verdict
-from sera.studies import confirm, diagnosis, digits, discount, screen
+from sera.studies import confirm, diagnosis, digits, discount, screen, sweep
+from sera.studies.confirm.points import MIN_SEEDS
 from sera.studies.confirm.storage import stored_table
 
-MIN_SEEDS = 6
-"""Fewer paired seeds than this: the per-seed differences are shown and no verdict is given."""
 README_ARMS = ("sera", "sera lr-half", "sera-evidence-step", "sera-rate")
 """The arms of the README's short table: the paper's method, it at half the step, the remedy
 candidate (its step scaled by the evidence, sera.evidence) and the package's variant."""
@@ -207,6 +206,7 @@ def page() -> str:
                      f"{point.config.steps} steps; MaxRL's level: {level}.\n\n"
                      f"{page_table(name)}\n")
     parts.append(second_half_section())
+    parts.append(sweep_section())
     parts.append(screen_section())
     parts.append(digits_section())
     parts.append(discount_section())
@@ -244,6 +244,20 @@ def second_half_section() -> str:
             "seeds (`sera.studies.diagnosis.drift`). A collapse that half the step only delayed "
             "shows as a fall here.\n\n"
             f"{pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)}\n")
+
+
+def sweep_section() -> str:
+    """Every stored learning-rate sweep (sera.studies.sweep): cells, chosen steps, the tuned
+    comparison and the frontier; "" when none is stored."""
+    parts = [sweep.section(name) for name in stored_points() if sweep.is_sweep(name)]
+    if not parts:
+        return ""
+    return ("## Each method at its own step: learning-rate sweeps\n\n"
+            "A method compared at a tuned step against a baseline at an untuned one measures the "
+            "tuning. Each sweep trains MaxRL and the paper's `sera` at a grid of step multipliers "
+            "on one instruction set and library stack; each method's step is chosen on half of "
+            "the held-out prompts and the comparison reported on the other half.\n\n"
+            + "\n".join(parts))
 
 
 def screen_section() -> str:
@@ -349,6 +363,13 @@ def main(argv=None) -> int:
     for path in stale:
         runstore.write_text(path, targets[path])
         print(f"wrote {path}")
+    if stale:
+        from sera.plotting import savefig
+        from sera.plotting.sweep import plot_frontier
+
+        for name in filter(sweep.is_sweep, stored_points()):
+            savefig(plot_frontier(sweep.cells(name), title=name), sweep.figure_name(name),
+                    folder=args.root / "figures")
     return 0
 
 

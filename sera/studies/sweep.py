@@ -172,6 +172,70 @@ def account(name: str, control: str = "maxrl", step: float = 1.3) -> dict:
             "entropy_change": float(trends["token_entropy"]["change"])}
 
 
+def is_sweep(name: str) -> bool:
+    """Whether every arm of the point changes only the learning rate, over at least 3 steps."""
+    try:
+        return len(set(multipliers(name).values())) >= 3
+    except ValueError:
+        return False
+
+
+def figure_name(name: str) -> str:
+    return f"lr_frontier_{name}"
+
+
+def _interval(mean, low, high, scale: float = 100, sign: str = "") -> str:
+    return f"{scale * mean:{sign}.1f} [{scale * low:{sign}.1f}, {scale * high:{sign}.1f}]"
+
+
+def section(name: str) -> str:
+    """The results page's section of one sweep: every cell at K = 1, 8, 32 (all held-out
+    prompts), each method's chosen step, the tuned comparison on REPORT, the account's
+    prediction (a) and the frontier figure."""
+    table = cells(name)
+    wide = []
+    for (method, mult), part in table.groupby(["method", "multiplier"]):
+        part = part.set_index("k")
+        wide.append({"method": method, "step (x preset)": f"{mult:g}",
+                     "seeds": int(part["seeds"].min()),
+                     **{f"Pass@{k}": _interval(*part.loc[k, ["mean", "low", "high"]])
+                        for k in KS if k in part.index}})
+    picks = chosen(name)
+    lines = [f"### {name}: the learning-rate sweep\n",
+             f"Final held-out Pass@K in percent with its 95% interval over seeds, every prompt "
+             f"(`python -m sera.studies.sweep {name}`; frontier: "
+             f"[figures/{figure_name(name)}.png](../figures/{figure_name(name)}.png)).\n",
+             pd.DataFrame(wide).to_markdown(index=False, disable_numparse=True), ""]
+    if not picks.empty:
+        said = "; ".join(f"{r.method} {r.multiplier:g}x (Pass@1 {100 * r.select_pass1:.1f} on "
+                         f"the selection half, among {r.cells} complete steps"
+                         f"{', at the edge of the grid' if r.at_edge else ''})"
+                         for r in picks.itertuples())
+        lines.append(f"Each method's step, chosen on the even held-out prompts: {said}.\n")
+    try:
+        gap = tuned(name)
+    except ValueError as exc:
+        lines.append(f"No tuned comparison yet: {exc}.\n")
+    else:
+        rows = [{"comparison": f"{r.treatment} against {r.control}", "K": r.k,
+                 "Welch gain [95% interval]": _interval(r.gain, r.low, r.high, sign="+"),
+                 "paired gain [95% interval]": _interval(r.paired_gain, r.paired_low,
+                                                         r.paired_high, sign="+"),
+                 "seeds": f"{r.seeds[0]} and {r.seeds[1]}"} for r in gap.itertuples()]
+        lines += ["The tuned comparison, on the odd held-out prompts only:\n",
+                  pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True), ""]
+    checked = account(name)
+    if checked:
+        lines.append(
+            f"The step-per-evidence account's prediction (a), MaxRL at 1.3x against MaxRL at 1x "
+            f"(predicted at least 5 points behind at Pass@1, interval below zero): "
+            f"{_interval(checked['gain'], checked['low'], checked['high'], sign='+')} (Welch), "
+            f"{checked['below_warmup']} of {checked['seeds']} seeds below the warm-up; over the "
+            f"second half its training reward moved {100 * checked['reward_change']:+.1f} "
+            f"points and its token entropy {checked['entropy_change']:+.3f}.\n")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="A learning-rate sweep's tables and frontier.")
     parser.add_argument("point")
