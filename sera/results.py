@@ -131,6 +131,39 @@ def t_half_width(sd, n, confidence: float = 0.95):
     return np.where(n >= 2, half, np.nan)
 
 
+def welch(a, b, confidence: float = 0.95) -> tuple[float, float, float]:
+    """mean(a) - mean(b) with Welch's interval (unequal variances, no pairing), as scipy gives
+    it: for two arms whose runs have drifted apart, where pairing by seed carries nothing. NaN
+    bounds with fewer than 2 values on a side."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    gain = float(a.mean() - b.mean()) if a.size and b.size else math.nan
+    if a.size < 2 or b.size < 2:
+        return gain, math.nan, math.nan
+    from scipy import stats
+
+    interval = stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence)
+    return gain, float(interval.low), float(interval.high)
+
+
+def paired_p(per_seed) -> float:
+    """Two-sided p-value of the paired t-test on per-seed differences (the test behind
+    paired_gain's interval); NaN with fewer than 2 differences or all of them equal."""
+    values = np.asarray(per_seed, dtype=float)
+    if values.size < 2 or np.all(values == values[0]):
+        return math.nan
+    from scipy import stats
+
+    return float(stats.ttest_1samp(values, 0.0).pvalue)
+
+
+def bh_kept(p_values, level: float = 0.05) -> np.ndarray:
+    """Which of a family of p-values stay significant under the Benjamini-Hochberg correction
+    at false discovery rate `level` (scipy's adjusted p-values at or below it)."""
+    from scipy import stats
+
+    return stats.false_discovery_control(np.asarray(p_values, dtype=float)) <= level
+
+
 def paired_gain(final: pd.DataFrame, treatment: str = "sera", control: str = "maxrl",
                 by=("agg",), ks=None, n_resamples: int | None = None, seed: int | None = None,
                 confidence: float = 0.95) -> pd.DataFrame:

@@ -158,3 +158,31 @@ def test_the_second_half_table_recomputes_from_the_stored_evaluations():
     table = report.second_half_section()
     flat = [" ".join(line.split()) for line in table.splitlines()]
     assert " ".join(expected.split()) in flat
+
+
+def test_the_pages_welch_and_bh_columns_recompute_from_the_stored_runs():
+    from sera.results import bh_kept
+
+    tables = report.with_bh({name: report.point_table(name) for name in report.stored_points()})
+    every = pd.concat(tables.values(), ignore_index=True)
+    # one cell's Welch interval from each arm's per-seed Pass@1, by hand
+    row = tables["maze-n0-8-long-sera"].set_index(["arm", "against", "k"]).loc[
+        ("sera", "maxrl", 1)]
+    final = report.confirm.load("maze-n0-8-long-sera").final
+    per_seed = {arm: final[final["arm"] == arm].assign(rate=lambda f: f["correct"] / f["n"])
+                .groupby("seed")["rate"].mean().to_numpy() for arm in ("sera", "maxrl")}
+    a, b = per_seed["sera"], per_seed["maxrl"]
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = stats.t.ppf(0.975, dof) * np.sqrt(va + vb)
+    assert (row["welch_low"], row["welch_high"]) == pytest.approx(
+        (a.mean() - b.mean() - half, a.mean() - b.mean() + half))
+    # BH over every cell of the page that has a p-value; marks only where the interval excludes 0
+    tested = every["p"].notna()
+    kept = bh_kept(every.loc[tested, "p"])
+    nominal = (every["low"] > 0) | (every["high"] < 0)
+    assert set(every.loc[~nominal, "bh"]) <= {""}
+    marks = every.loc[tested & nominal, "bh"].to_numpy()
+    expected = np.where(kept[nominal[tested].to_numpy()], "kept", "lost")
+    np.testing.assert_array_equal(marks, expected)
+    assert (every["bh"] == "lost").any() and (every["bh"] == "kept").any()

@@ -180,3 +180,37 @@ def test_arm_labels_match_a_row_by_row_reading_of_the_rule():
     assert arm(table).tolist() == expected
     assert arm(table.assign(u_min=table["u_min"].astype(float))).tolist() == expected
     assert arm(table.assign(u_min=table["u_min"].astype("Float64"))).tolist() == expected  # pd.NA
+
+
+def test_benjamini_hochberg_matches_the_step_up_rule_by_hand():
+    from sera.results import bh_kept
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        p = np.concatenate([rng.uniform(0, 0.01, rng.integers(0, 6)), rng.uniform(0, 1, 20)])
+        order = np.argsort(p)
+        m = p.size
+        below = [i for i in range(m) if p[order[i]] <= 0.05 * (i + 1) / m]
+        expected = np.zeros(m, dtype=bool)
+        if below:
+            expected[order[:max(below) + 1]] = True
+        np.testing.assert_array_equal(bh_kept(p, 0.05), expected)
+
+
+def test_the_paired_p_value_is_the_t_tests_and_welch_the_textbook_interval():
+    from scipy import stats
+
+    from sera.results import paired_p, welch
+
+    d = np.array([0.02, -0.01, 0.05, 0.03, 0.04, 0.00])
+    t = d.mean() / (d.std(ddof=1) / np.sqrt(d.size))
+    assert paired_p(d) == pytest.approx(2 * stats.t.sf(abs(t), d.size - 1))
+    assert np.isnan(paired_p([0.1, 0.1, 0.1]))
+    a, b = np.array([0.3, 0.35, 0.28, 0.4]), np.array([0.2, 0.5, 0.1, 0.3, 0.25])
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = stats.t.ppf(0.975, dof) * np.sqrt(va + vb)
+    gain, low, high = welch(a, b)
+    assert (gain, low, high) == pytest.approx((a.mean() - b.mean(), a.mean() - b.mean() - half,
+                                               a.mean() - b.mean() + half))
+    assert np.isnan(welch([0.1], b)[1])

@@ -74,7 +74,7 @@ def test_the_chosen_step_is_the_best_selection_half_cell_by_brute_force(final):
 def test_welch_matches_its_formula():
     rng = np.random.default_rng(0)
     a, b = rng.normal(0.4, 0.05, 6), rng.normal(0.35, 0.12, 9)
-    gain, low, high = sweep.welch(a, b)
+    gain, low, high = sweep.welch(a, b)  # sera.results.welch
     va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
     dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
     half = stats.t.ppf(0.975, dof) * math.sqrt(va + vb)

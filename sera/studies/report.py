@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from sera import runstore
-from sera.results import paired_gain, per_prompt_pass, verdict
+from sera.methods import METHODS
+from sera.results import bh_kept, paired_gain, paired_p, per_prompt_pass, verdict, welch
 from sera.studies import confirm, diagnosis, digits, discount, screen, sweep
 from sera.studies.confirm.points import MIN_SEEDS
 from sera.studies.confirm.storage import stored_table
@@ -46,6 +47,35 @@ def machines(name: str) -> dict[str, str]:
                  if "cpu_capability" in start}
         found.setdefault(arm.name, set()).update(k or "unknown" for k in kinds)
     return {arm: "+".join(sorted(kinds)) for arm, kinds in found.items()}
+
+
+def stacks(name: str) -> dict[str, str]:
+    """Per arm of a stored point, the library versions (torch, transformers) its stored runs
+    recorded when they started, as machines() reads the instruction sets."""
+    summary = confirm.stored(name)
+    by_folder = {record["run"].split("/")[-1]: record for record in summary.get("runs", [])}
+    found: dict[str, set] = {}
+    for config, arm in confirm.point(name).runs():
+        record = by_folder.get(Path(config.out).name)
+        if record is None:
+            continue
+        found.setdefault(arm.name, set()).update(
+            f"torch {start.get('torch', '?')}, transformers {start.get('transformers', '?')}"
+            for start in record["provenance"] if "cpu_capability" in start)
+    return {arm: " + ".join(sorted(kinds)) for arm, kinds in found.items()}
+
+
+def steps(name: str) -> dict[str, float]:
+    """Each arm's learning rate as a multiple of the point's (1 where the arm leaves it)."""
+    point = confirm.point(name)
+    return {a.name: dict(a.changes).get("lr", point.config.lr) / point.config.lr
+            for a in point.arms}
+
+
+def _per_seed_pass(final: pd.DataFrame, arm: str, k: int) -> np.ndarray:
+    """Each seed's mean Pass@K over the held-out prompts, for one arm."""
+    mine = final[final["arm"] == arm]
+    return np.array([per_prompt_pass(run, k).mean() for _, run in mine.groupby("seed")])
 
 
 def _prediction(name: str) -> pd.DataFrame:
@@ -76,7 +106,7 @@ def point_table(name: str) -> pd.DataFrame:
     arms = list(dict.fromkeys(final["arm"]))
     tags = {a.name: a.tag for a in point.arms}
     prediction = _prediction(name)
-    kinds = machines(name)
+    kinds, libraries, step = machines(name), stacks(name), steps(name)
     ks = page_ks(point)
     rows = []
     for arm in arms:
@@ -89,6 +119,8 @@ def point_table(name: str) -> pd.DataFrame:
                 predicted = float(match["gain"].iloc[0]) if control == "maxrl" and len(match) \
                     else math.nan
                 enough = g.seeds >= MIN_SEEDS
+                unpaired = welch(_per_seed_pass(final, arm, g.k),
+                                 _per_seed_pass(final, control, g.k))[1:]
                 rows.append({
                     "point": name, "arm": arm, "against": control, "k": int(g.k),
                     "seeds": int(g.seeds), "gain": g.gain, "low": g.low, "high": g.high,
@@ -96,8 +128,32 @@ def point_table(name: str) -> pd.DataFrame:
                     "verdict": verdict(g.gain, g.low, g.high, predicted) if enough
                     else f"{g.seeds} seed{'s' if g.seeds != 1 else ''}: no verdict",
                     "machine": kinds.get(arm, "unknown"),
-                    "against_machine": kinds.get(control, "unknown")})
+                    "against_machine": kinds.get(control, "unknown"),
+                    "stack": libraries.get(arm, "unknown"),
+                    "against_stack": libraries.get(control, "unknown"),
+                    "step": step.get(arm, 1.0), "against_step": step.get(control, 1.0),
+                    "welch_low": unpaired[0], "welch_high": unpaired[1],
+                    "p": paired_p(g.per_seed) if enough else math.nan})
     return pd.DataFrame(rows)
+
+
+BH_LEVEL = 0.05
+"""The false discovery rate at which the page's Benjamini-Hochberg column keeps a cell."""
+
+
+def with_bh(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Each point's table with a column `bh`: for a cell whose interval excludes zero, "kept"
+    or "lost" under a Benjamini-Hochberg correction at BH_LEVEL across every cell of the page
+    with a p-value; "" elsewhere."""
+    every = pd.concat([t.assign(_point=name) for name, t in tables.items()], ignore_index=True)
+    tested = every["p"].notna()
+    kept = np.zeros(len(every), dtype=bool)
+    if tested.any():
+        kept[tested.to_numpy()] = bh_kept(every.loc[tested, "p"].to_numpy(), BH_LEVEL)
+    nominal = tested & ((every["low"] > 0) | (every["high"] < 0))
+    every["bh"] = np.where(nominal, np.where(kept, "kept", "lost"), "")
+    return {name: part.drop(columns="_point").reset_index(drop=True)
+            for name, part in every.groupby("_point", sort=False)}
 
 
 def page_ks(point) -> tuple[int, ...]:
@@ -131,15 +187,38 @@ def _machine(machine: str, against: str) -> str:
     return machine if machine == against else f"{machine} (against {against})"
 
 
-def page_table(name: str) -> str:
-    """A point's rows as markdown, gains in points of Pass@K."""
-    table = point_table(name)
+def _differs(row) -> str:
+    """What besides the method differs between an arm and its comparator."""
+    said = []
+    scaled = [name for name in (row.arm, row.against)
+              if METHODS.get(name.split(" ")[0]) is not None
+              and METHODS[name.split(" ")[0]].evidence_step]
+    if not math.isclose(row.step, row.against_step):
+        said.append(f"step ({row.step:g}x against {row.against_step:g}x)")
+    if scaled:
+        said.append(f"step ({' and '.join(scaled)} scales its own by the evidence)")
+    if row.machine != row.against_machine:
+        said.append(f"instruction set ({row.machine} against {row.against_machine})")
+    if row.stack != row.against_stack:
+        said.append(f"libraries ({row.stack} against {row.against_stack})")
+    return "; ".join(said)
+
+
+def page_table(name: str, table: pd.DataFrame | None = None) -> str:
+    """A point's rows as markdown, gains in points of Pass@K (table: point_table's, with_bh's
+    column where the page has run it)."""
+    table = point_table(name) if table is None else table
+    welch = [f"[{100 * r.welch_low:+.1f}, {100 * r.welch_high:+.1f}]"
+             if r.seeds >= MIN_SEEDS and math.isfinite(r.welch_low) else ""
+             for r in table.itertuples()]
     shown = pd.DataFrame({
         "arm": table["arm"], "against": table["against"], "K": table["k"],
         "seeds": table["seeds"], "gain [95% interval]": [_cell(r) for r in table.itertuples()],
+        "Welch interval": welch,
         "predicted": [f"{100 * p:+.1f}" if math.isfinite(p) else "" for p in table["predicted"]],
-        "verdict": table["verdict"], "instruction set": [_machine(r.machine, r.against_machine)
-                                                   for r in table.itertuples()]})
+        "verdict": table["verdict"], "BH": table["bh"] if "bh" in table else "",
+        "instruction set": [_machine(r.machine, r.against_machine) for r in table.itertuples()],
+        "also differs in": [_differs(r) for r in table.itertuples()]})
     return shown.to_markdown(index=False, disable_numparse=True)
 
 
@@ -175,7 +254,9 @@ Generated from the stored runs in `data/study/` by `python -m sera.studies.repor
 This page answers:
 - How far is each arm of each point ahead of or behind MaxRL, at Pass@1 and at large K?
 - Did the interval confirm the prediction written before the runs, refute it, or neither?
-- Which instruction set did each arm and its comparator train on?
+- Which instruction set and library versions did each arm and its comparator train on, and does
+  a comparison also change the step?
+- Which cells stay significant once the page's many comparisons are accounted for?
 - Over the second half of the 640-step runs, did any arm fall back (a collapse only delayed)?
 - Which remedy candidates pass the screen of training reward early in a run?
 
@@ -188,7 +269,16 @@ predicted* when the prediction lies outside it. Predictions are the simulator's,
 point's `prediction.csv`; arms that change the training (tagged arms) have a written expectation
 in their point's registration instead. An arm with fewer than 6 seeds shows its per-seed
 differences and no verdict. The *instruction set* is torch's CPU capability when each run
-started; runs on different ones are different samples of the same experiment.
+started; runs on different ones are different samples of the same experiment. *Also differs in*
+names what else separates an arm from its comparator: a step of another size (a gain then
+measures the step as much as the method), another instruction set, other library versions.
+
+Pairing by seed helps only while two runs stay alike, and after some 80 steps they do not (on the
+math point two runs of one seed correlate +0.76 in Pass@1 at step 80 and +0.02 at step 320), so
+beside the paired interval stands the unpaired *Welch interval* over the two arms' seeds. *BH*
+marks each cell whose paired interval excludes zero: *kept* where it stays significant under a
+Benjamini-Hochberg correction at a 5% false discovery rate across every cell of this page with
+6 seeds or more, *lost* where it does not.
 
 Each point's folder in `data/study/` holds its registration (`point.toml`), its prediction, the
 runs' `metrics`, `final` and `allocations` tables and their provenance, and for the runs that
@@ -199,12 +289,13 @@ tokens, reward), from which a statement about response lengths or lone successes
 
 def page() -> str:
     parts = [PAGE_HEAD]
-    for name in stored_points():
+    tables = with_bh({name: point_table(name) for name in stored_points()})
+    for name, table in tables.items():
         point = confirm.point(name)
         level = ", ".join(f"Pass@{k} {100 * v:.1f}" for k, v in maxrl_level(name).items())
         parts.append(f"## {name}\n\n{point.task}, N0 = {point.config.n0}, "
                      f"{point.config.steps} steps; MaxRL's level: {level}.\n\n"
-                     f"{page_table(name)}\n")
+                     f"{page_table(name, table)}\n")
     parts.append(second_half_section())
     parts.append(sweep_section())
     parts.append(screen_section())

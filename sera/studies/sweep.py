@@ -16,9 +16,8 @@ import argparse
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-from sera.results import per_prompt_pass, t_half_width
+from sera.results import per_prompt_pass, t_half_width, welch
 from sera.studies.confirm.points import MIN_SEEDS, point
 from sera.studies.confirm.storage import stored_table
 from sera.studies.diagnosis import drift, paired
@@ -92,13 +91,6 @@ def chosen(name: str) -> pd.DataFrame:
                      "select_pass1": float(best["mean"]), "cells": len(part),
                      "at_edge": best["multiplier"] in (grid[0], grid[-1])})
     return pd.DataFrame(rows)
-
-
-def welch(a, b, confidence: float = 0.95) -> tuple[float, float, float]:
-    """Mean of a minus mean of b with Welch's interval (unequal variances), as scipy gives it."""
-    test = stats.ttest_ind(np.asarray(a, float), np.asarray(b, float), equal_var=False)
-    interval = test.confidence_interval(confidence)
-    return float(np.mean(a) - np.mean(b)), float(interval.low), float(interval.high)
 
 
 def compare_cells(name: str, treatment: tuple[str, float], control: tuple[str, float],
