@@ -186,3 +186,22 @@ def test_the_pages_welch_and_bh_columns_recompute_from_the_stored_runs():
     expected = np.where(kept[nominal[tested].to_numpy()], "kept", "lost")
     np.testing.assert_array_equal(marks, expected)
     assert (every["bh"] == "lost").any() and (every["bh"] == "kept").any()
+
+
+def test_the_readmes_tuned_reading_holds_on_the_stored_sweep():
+    # The README reads the maze sweep as: each method's step chosen on the selection half is
+    # sera 0.5x and MaxRL 0.35x; on the reporting half sera is level at Pass@1 (the Welch
+    # interval holds zero) and ahead at Pass@8 (above zero); MaxRL's best mean Pass@32 over
+    # every step stays below sera's at its chosen step (all held-out prompts).
+    from sera.studies import sweep
+
+    name = "maze-n0-8-long-lr"
+    picks = sweep.chosen(name).set_index("method")["multiplier"]
+    assert (picks["sera"], picks["maxrl"]) == (0.5, 0.35)
+    assert not sweep.chosen(name)["at_edge"].any()
+    tuned = sweep.tuned(name).set_index("k")
+    assert tuned.loc[1, "low"] < 0 < tuned.loc[1, "high"]
+    assert tuned.loc[8, "low"] > 0
+    cells = sweep.cells(name)
+    large = cells[cells["k"] == 32].set_index(["method", "multiplier"])["mean"]
+    assert large["maxrl"].max() < large[("sera", 0.5)]

@@ -29,9 +29,10 @@ def final():
 def test_every_arm_of_the_sweep_changes_only_the_step():
     steps = sweep.multipliers(POINT)
     assert steps["maxrl"] == steps["sera"] == 1.0
-    assert sorted(set(steps.values())) == [0.35, 0.5, 0.7, 1.0, 1.3]
+    assert sorted(set(steps.values())) == [0.25, 0.35, 0.5, 0.7, 1.0, 1.3]
     assert all(steps[f"{m} lr-{x:g}"] == x for m in ("maxrl", "sera") for x in (0.35, 0.5, 0.7,
                                                                                    1.3))
+    assert steps["maxrl lr-0.25"] == 0.25  # the grid extended below MaxRL's first choice
 
 
 def test_a_cell_is_the_mean_over_seeds_of_each_runs_mean_over_its_half(final):
