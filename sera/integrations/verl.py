@@ -68,8 +68,6 @@ import contextlib
 import copy
 import dataclasses
 import functools
-import importlib.abc
-import importlib.util
 import logging
 import os
 import sys
@@ -159,59 +157,25 @@ def refuse_partial(config) -> None:
                          f"sera.integrations.verl_main`, which sets them all")
 
 
-V0_MODULE = "verl.trainer.ppo.ray_trainer"
-"""The legacy V0 trainer's module (RayPPOTrainer); verl imports it for trainer.use_v1=false."""
-
-
-def _v1_classes() -> list[type]:
-    """verl's V1 trainer base and every registered trainer mode (a mode may check its config in
-    its own __init__ before the base's)."""
+def _trainer_classes() -> list[type]:
+    """verl's trainers: the V1 base and every registered trainer mode (a mode may check its
+    config in its own __init__ before the base's), and the legacy V0 trainer (already imported
+    with the V1 modules this module registers with)."""
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, PPOTrainer
 
-    return [PPOTrainer, *TRAINER_REGISTRY.values()]
+    return [PPOTrainer, *TRAINER_REGISTRY.values(), RayPPOTrainer]
 
 
 def setup() -> None:
     """Ray's worker_process_setup_hook: importing this module registered the estimator and the
     mode; here every verl trainer built in this process (the task runner builds it before the
     first generation) is made to call refuse_partial on its config first, whatever mode verl
-    picked. The legacy V0 trainer is wrapped when verl imports its module (importing it here,
-    inside the hook, would start Ray work in a worker that is not ready for it)."""
-    _check_inits(_v1_classes())
-    if V0_MODULE in sys.modules:
-        _check_inits([sys.modules[V0_MODULE].RayPPOTrainer])
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(V0_MODULE,
-                                             lambda module: _check_inits([module.RayPPOTrainer])))
-
-
-def _check_inits(classes) -> None:
-    for cls in classes:
+    picked."""
+    for cls in _trainer_classes():
         init = cls.__dict__.get("__init__")  # only a class's own; an inherited one is wrapped
         if init is not None and not getattr(init, "_sera_checked", False):
             cls.__init__ = _checked(init)
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Calls then(module) right after the module `name` is first imported, then steps aside."""
-
-    def __init__(self, name: str, then):
-        self.name, self.then = name, then
-
-    def find_spec(self, name, path, target=None):
-        if name != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            run = spec.loader.exec_module
-
-            def exec_module(module):
-                run(module)
-                self.then(module)
-
-            spec.loader.exec_module = exec_module
-        return spec
 
 
 def _checked(init):
