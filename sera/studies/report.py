@@ -33,35 +33,34 @@ README_START = "<!-- results table: python -m sera.studies.report -->"
 README_END = "<!-- end of results table -->"
 
 
-def machines(name: str) -> dict[str, str]:
-    """Per arm of a stored point, the instruction sets (torch's cpu_capability) its stored runs
-    were trained with, matched to the arm through the point's own run list."""
+def _starts(name: str):
+    """(arm name, the provenance entries where a run started) of each stored run of the point,
+    matched to its arm through the point's own run list."""
     summary = confirm.stored(name)
     by_folder = {record["run"].split("/")[-1]: record for record in summary.get("runs", [])}
-    found: dict[str, set] = {}
     for config, arm in confirm.point(name).runs():
         record = by_folder.get(Path(config.out).name)
-        if record is None:
-            continue
-        kinds = {start.get("cpu_capability") for start in record["provenance"]
-                 if "cpu_capability" in start}
-        found.setdefault(arm.name, set()).update(k or "unknown" for k in kinds)
+        if record is not None:
+            yield arm.name, [start for start in record["provenance"] if "cpu_capability" in start]
+
+
+def machines(name: str) -> dict[str, str]:
+    """Per arm of a stored point, the instruction sets (torch's cpu_capability) its stored runs
+    were trained with."""
+    found: dict[str, set] = {}
+    for arm, starts in _starts(name):
+        found.setdefault(arm, set()).update(s.get("cpu_capability") or "unknown" for s in starts)
     return {arm: "+".join(sorted(kinds)) for arm, kinds in found.items()}
 
 
 def stacks(name: str) -> dict[str, str]:
     """Per arm of a stored point, the library versions (torch, transformers) its stored runs
-    recorded when they started, as machines() reads the instruction sets."""
-    summary = confirm.stored(name)
-    by_folder = {record["run"].split("/")[-1]: record for record in summary.get("runs", [])}
+    recorded when they started."""
     found: dict[str, set] = {}
-    for config, arm in confirm.point(name).runs():
-        record = by_folder.get(Path(config.out).name)
-        if record is None:
-            continue
-        found.setdefault(arm.name, set()).update(
-            f"torch {start.get('torch', '?')}, transformers {start.get('transformers', '?')}"
-            for start in record["provenance"] if "cpu_capability" in start)
+    for arm, starts in _starts(name):
+        found.setdefault(arm, set()).update(
+            f"torch {s.get('torch', '?')}, transformers {s.get('transformers', '?')}"
+            for s in starts)
     return {arm: " + ".join(sorted(kinds)) for arm, kinds in found.items()}
 
 
