@@ -6,7 +6,6 @@ run here on its own (nothing from the kernel but the student's function) as nbgr
 The releases: the student one holds no solution, no hidden test and no worked answer (exercises
 and the study notebooks' review questions alike), the instructor one every one."""
 
-import functools
 import math
 import re
 import types
@@ -18,8 +17,8 @@ import numpy as np
 import pytest
 
 import sera
-from sera.fidelity import kappa as _K
-from sera.teaching import course, notebook_files, release
+from sera.teaching import autograde, course, notebook_files, release
+from sera.teaching.sandbox import Sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISES = sorted((ROOT / "notebooks" / "exercises").glob("[0-9][0-9]_*.ipynb"))
@@ -44,12 +43,21 @@ def _hidden(name: str) -> str:
     raise KeyError(name)
 
 
+def graded(name: str, source: str) -> str:
+    """What autograde says of the check cell for `name` when a student's cell holds `source`:
+    "" for full points, else the message the student reads."""
+    code, refused = autograde.definitions(["import math\nimport numpy as np", source])
+    with Sandbox() as box:
+        box.define(code)
+        return autograde.grade_cell(_hidden(name), box, autograde._functions(code), refused) or ""
+
+
 def grade(name: str, fn) -> str:
     """What the hidden grader of `name` says of fn, run with nothing but fn in its namespace: ""
     for full points, else why it gives none (its failed assertion, or the error fn raised)."""
     try:
         with np.errstate(divide="ignore", invalid="ignore"):
-            exec(_hidden(name), {name: fn})  # noqa: S102 - the course's own hidden test
+            exec(_hidden(name), {"np": np, "math": math, name: fn})  # noqa: S102
     except AssertionError as exc:
         return str(exc) or "an assertion failed"
     except Exception as exc:  # noqa: BLE001 - a student's error costs the cell's points
@@ -69,45 +77,34 @@ def test_reference_solutions_pass_and_stubs_are_not_done(name, capsys):
     assert "Traceback" not in out and out.count("PASS ") == 1 and out.count("not done") == 1
 
 
-def _aliased(p, n):
-    return _K(p, n)  # `from sera.fidelity import kappa as _K` at the top of this file
-
-
-def _imported_inside(p, n):
-    from sera.fidelity import kappa as K
-    return K(p, n)
-
-
-def _through_importlib(n, c, k):
-    import importlib
-    return importlib.import_module("se" + "ra").pass_at_k(n, c, k)
-
-
-def _closure():
-    import sera as s
-    return lambda counts, n0: s.multiplicity_weights(counts, n0)
-
-
-# Every route to the package's own implementation found so far: the grade is 0 for each, with a
-# message that says why.
+# Routes to the package's own implementation, as a student's cell would write them: the grade is
+# 0 for each, with a message that says why. Run as autograde runs them: the definitions in the
+# sandbox (where sera is not importable), the hidden region in this process.
 BYPASSES = [
-    ("kappa", sera.kappa), ("kappa", lambda p, n: sera.kappa(p, n)), ("kappa", _aliased),
-    ("kappa", _imported_inside), ("kappa", functools.partial(sera.kappa)),
-    ("pass_at_k", sera.pass_at_k), ("pass_at_k", _through_importlib),
-    ("pass_at_k", np.vectorize(sera.pass_at_k)),
-    ("multiplicity_weights", lambda c, n0: sera.multiplicity_weights(c, n0)),
-    ("multiplicity_weights", _closure()),
-    ("two_prompt_waterline", lambda p1, p2, m, lo: sera.waterline([p1, p2], m, lo).counts),
-    ("rounding", lambda p, c, lv, m, hi: sera.allocate(p, m, 2, hi, rule="exact").counts),
-    ("centered_advantages", lambda r: sera.estimators.maxrl_advantages(r, sizes=[len(r)])),
+    ("kappa", "import sera\ndef kappa(p, n):\n    return sera.kappa(p, n)", "imported from sera"),
+    ("kappa", "from sera.fidelity import kappa as K\ndef kappa(p, n):\n    return K(p, n)",
+     "imported from sera"),
+    ("kappa", "def kappa(p, n):\n    from sera.fidelity import kappa as K\n    return K(p, n)",
+     "imports sera"),
+    ("pass_at_k", "def pass_at_k(n, c, k):\n    import importlib\n"
+                  "    return importlib.import_module('se' + 'ra').pass_at_k(n, c, k)",
+     "imports importlib"),
+    ("pass_at_k", "def pass_at_k(n, c, k):\n    return __import__('se' + 'ra').pass_at_k(n, c, k)",
+     "sera package, which is not there"),
+    ("multiplicity_weights", "def multiplicity_weights(counts, n0):\n"
+                             "    s = __import__('importlib').import_module('sera')\n"
+                             "    return s.multiplicity_weights(counts, n0)",
+     "sera package, which is not there"),
+    ("kappa", "def kappa(p, n):\n    run = __import__('subprocess').run\n"
+              "    out = run(['python', '-c', f'import sera; print(sera.kappa({p}, {n}))'],\n"
+              "              capture_output=True, text=True).stdout\n    return float(out)",
+     "raised ValueError"),
 ]
 
 
-@pytest.mark.parametrize("name, package", BYPASSES)
-def test_calling_sera_is_not_a_solution(name, package):
-    assert "runs sera's own code" in grade(name, package)
-    feedback = course.CHECKS[name](package)
-    assert feedback.done and not feedback.passed
+@pytest.mark.parametrize("name, source, why", BYPASSES)
+def test_calling_sera_is_not_a_solution(name, source, why):
+    assert why in graded(name, source)
 
 
 def test_the_grade_cannot_be_switched_on_from_the_kernel(monkeypatch):
@@ -118,13 +115,6 @@ def test_the_grade_cannot_be_switched_on_from_the_kernel(monkeypatch):
         monkeypatch.setattr(course, f"check_{name}", lambda fn: passing)
         monkeypatch.setitem(course.CHECKS, name, lambda fn: passing)
         assert grade(name, stub).startswith("NotImplementedError")
-
-    def unwatched(p, n):
-        import sys
-        sys.setprofile(None)
-        return sera.kappa(p, n)
-
-    assert "switched the grader's call watch off" in grade("kappa", unwatched)
     # nothing in a hidden region reads the package or the feedback
     for name in course.CHECKS:
         hidden = _hidden(name)
@@ -482,7 +472,8 @@ def test_every_graded_cell_grades_in_its_hidden_region(path):
         visible, hidden = cell.source.split("### BEGIN HIDDEN TESTS\n")
         assert visible.startswith("feedback = sera.teaching.course.check_"), cell.source
         assert hidden.rstrip().endswith("### END HIDDEN TESTS") and "assert " in hidden
-        assert "import numpy as np" in hidden and "import math" in hidden  # its own modules
+        # the grader gives the hidden region numpy, math and the student's functions only
+        assert "import" not in hidden and "sera" not in hidden
     ids = [c.metadata["nbgrader"]["grade_id"] for c in nb.cells if "nbgrader" in c.metadata]
     assert len(ids) == len(set(ids))
 
@@ -493,96 +484,165 @@ def _without_markers(source: str) -> str:
                      if "### BEGIN SOLUTION" not in line and "### END SOLUTION" not in line)
 
 
-@pytest.mark.slow
-def test_nbgrader_autogrades_the_solution_the_stub_and_each_typical_mistake(tmp_path):
-    # nbgrader itself: generate_assignment releases exercises 1, autograde scores filled-in
-    # copies. The solution gets every point; the stub, a named mistake (its hint in the graded
-    # output), an answer the check cannot name, a call of sera's own kappa under another name and
-    # a patched feedback none. An untouched check cell raises no checksum alarm; an edited one
-    # does, and is graded as released.
-    import copy
+def _routes(course: Path) -> dict[str, dict[str, str]]:
+    """Every route found to a grade without the work, as a student's cells (grade_id -> source):
+    each one's check-kappa must score 0. They import through __import__, which the allow-list
+    does not read, so that each meets the sandbox itself."""
+    nb_path = f"{course}/source/ex/{EXERCISES[0].name}"
+    db = f"{course}/gradebook.db"
+    stub = "    return 0.0\n"
+    return {
+        # read the instructor's notebook from the course folder and run its solution
+        "walk-up": {"kappa": (
+            "def kappa(p, n):\n    json = __import__('json')\n"
+            f"    cells = json.load(open({nb_path!r}))['cells']\n    space = {{}}\n"
+            "    exec([''.join(c['source']) for c in cells if 'def kappa' in ''.join("
+            "c['source'])][0], space)\n    return space['kappa'](p, n)\n")},
+        # the gradebook: extra credit for oneself, and the hidden tests rewritten for everyone
+        "extra-credit": {"kappa": (
+            f"__import__('sqlite3').connect({db!r}).execute('UPDATE grade SET extra_credit = 99')"
+            f"\ndef kappa(p, n):\n    con = __import__('sqlite3').connect({db!r})\n"
+            "    con.execute('UPDATE grade SET extra_credit = 99')\n    con.commit()\n" + stub)},
+        "rewrite-tests": {"kappa": (
+            f"def kappa(p, n):\n    con = __import__('sqlite3').connect({db!r})\n"
+            "    con.execute(\"UPDATE source_cell SET source = 'pass'\")\n    con.commit()\n"
+            + stub)},
+        # the grader's own tools, reached through the frame
+        "frame-globals": {"kappa": (
+            "def kappa(p, n):\n    frame = __import__('sys')._getframe(0)\n"
+            "    frame.f_globals['zip'] = lambda *a, **k: iter(())\n"
+            "    frame.f_back and frame.f_back.f_globals.update(zip=lambda *a, **k: iter(()))\n"
+            + stub)},
+        "linecache": {"kappa": (
+            "def kappa(p, n):\n    sys, linecache = __import__('sys'), __import__('linecache')\n"
+            "    frame = sys._getframe(1)\n"
+            "    lines = linecache.getlines(frame.f_code.co_filename)\n"
+            "    line = [x for x in lines if 'w = ' in x][0]\n"
+            "    return eval(line.split('=', 1)[1], {'math': __import__('math'), 'p': p, "
+            "'n': n})\n")},
+        "builtins-setattr": {"kappa": (
+            "def kappa(p, n):\n    frame = __import__('sys')._getframe(0)\n"
+            "    frame.f_builtins['setattr'](__import__('math'), 'isclose', "
+            "lambda *a, **k: True)\n" + stub)},
+        # the package's own function, in a child process or re-filed from its bytecode
+        "child-process": {"kappa": (
+            "def kappa(p, n):\n    run = __import__('subprocess').run\n"
+            "    out = run([__import__('sys').executable, '-c', "
+            "f'import sera; print(float(sera.kappa({p}, {n})))'],\n"
+            "              capture_output=True, text=True).stdout\n    return float(out)\n")},
+        "bytecode": {"kappa": (
+            "def kappa(p, n):\n    f = __import__('sera').kappa\n"
+            "    g = __import__('types').FunctionType(getattr(f, '__code__').replace(), "
+            "f.__globals__)\n    return g(p, n)\n")},
+        # an input transformer that empties every later cell (the hidden tests' included)
+        "input-transformer": {"kappa": (
+            "get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])\n"
+            "def kappa(p, n):\n" + stub)},
+    }
 
-    import nbformat
+
+@pytest.mark.slow
+def test_nbgrader_autogrades_in_the_sandbox_and_no_route_around_it_scores(tmp_path):
+    # nbgrader itself: generate_assignment releases exercises 1 and 3, one autograde call grades
+    # the class (the hidden tests in the grader, the students' definitions in bubblewrap). The
+    # solution and two correct solutions that once lost points get every point; the stub, a named
+    # mistake (its hint in the graded output), a call of sera and every route above none.
+    # An untouched check cell raises no checksum alarm; an edited one does, and is graded as
+    # released. The gradebook is as autograde left it: no extra credit, no test rewritten.
+    import copy
+    import time
+
     from nbgrader.api import Gradebook
 
-    path = EXERCISES[0]
+    paths = [EXERCISES[0], EXERCISES[2]]
     course = tmp_path / "course"
-    release.generate_assignments({"ex1": [path]}, course)
-    released = nbformat.read(course / "release" / "ex1" / path.name, as_version=4)
+    release.generate_assignments({"ex": paths}, course)
+    released = {p.name: nbformat.read(course / "release" / "ex" / p.name, as_version=4)
+                for p in paths}
     source = {c.metadata["nbgrader"]["grade_id"]: _without_markers(c.source)
-              for c in nbformat.read(path, as_version=4).cells
+              for p in paths for c in nbformat.read(p, as_version=4).cells
               if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"}
-    mistakes = {
-        "kappa": "def kappa(p, n):\n    return 1 - (1 - p) ** n",  # uncentered: named
-        "centered_advantages": ("def centered_advantages(rewards):\n"
-                                "    r = np.asarray(rewards, dtype=float)\n"
-                                "    return (r - r.mean()) / (r.std() + 1e-6)"),  # GRPO: named
+    routes = _routes(course)
+    submissions = {
+        "solution": {}, "stub": None,
+        "uncentered": {"kappa": "def kappa(p, n):\n    return 1 - (1 - p) ** n"},
+        "aliased": {"kappa": "from sera.fidelity import kappa as K\n"
+                             "def kappa(p, n):\n    return K(p, n)"},
+        # correct, and once scored 0: a warning on stderr, numpy's names over the builtins
+        "where-warning": {"multiplicity_weights": (
+            "def multiplicity_weights(counts, n0):\n    c = np.asarray(counts, dtype=float)\n"
+            "    return np.where(c > 0, n0 / c, 0.0)")},
+        "numpy-names": {"kappa": ("from numpy import expm1, log1p, sum, abs\n"
+                                  "def kappa(p, n):\n    return -expm1((n - 1) * log1p(-p))")},
+        "edited": {"check-kappa": "feedback = None"},
+        **routes,
+        "zz-after": {},  # graded after every route: the gradebook still grades
     }
-    patched = ("sera.teaching.course.Feedback.score = lambda self, points: float(points)\n"
-               "def kappa(p, n):\n    raise NotImplementedError")
-    submissions = {"solution": dict(source), "stub": {},
-                   "uncentered": {**source, "kappa": mistakes["kappa"]},
-                   "grpo": {**source, "centered_advantages": mistakes["centered_advantages"]},
-                   "unnamed": {**source, "kappa": "def kappa(p, n):\n    return p"},
-                   "aliased": {**source, "kappa": "def kappa(p, n):\n"
-                                                  "    from sera.fidelity import kappa as K\n"
-                                                  "    return K(p, n)"},
-                   "patched": {**source, "kappa": patched},
-                   # a library function the hidden test compares with, rebound: a stub passes
-                   # the in-kernel checks, so the scan before the run has to catch it
-                   "rebound": {**source, "kappa": "import math\nmath.isclose = lambda *a, **k: "
-                                                  "True\ndef kappa(p, n):\n    return 0.0"},
-                   # a builtin the hidden test loops with, shadowed: no case is ever compared
-                   "shadowed": {**source, "kappa": "zip = lambda *a, **k: iter(())\n"
-                                                   "def kappa(p, n):\n    return 0.0"},
-                   "edited": {**source, "check-kappa": "feedback = None"}}
     for student, cells in submissions.items():
-        nb = copy.deepcopy(released)
-        for cell in nb.cells:
-            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if grade_id in cells:
-                cell.source = cells[grade_id]
-        folder = course / "submitted" / student / "ex1"
-        folder.mkdir(parents=True)
-        nbformat.write(nb, folder / path.name)
-    # One autograde call for the class, as an instructor runs it; its log, split per student.
-    log = release.nbgrader(course, "autograde", "ex1", "--create", "--force")
+        for name, nb in released.items():
+            nb = copy.deepcopy(nb)
+            for cell in nb.cells:
+                grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+                if cells is not None and grade_id in source:
+                    cell.source = cells.get(grade_id, source[grade_id])
+                if cells is not None and grade_id in cells and grade_id not in source:
+                    cell.source = cells[grade_id]
+            folder = course / "submitted" / student / "ex"
+            folder.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, folder / name)
+    start = time.perf_counter()
+    log = release.nbgrader(course, "autograde", "ex", "--create", "--force")
+    seconds = time.perf_counter() - start
+    assert "in a sandbox: bubblewrap" in log
     parts = log.split("Creating/updating student with ID '")[1:]
     logs = {part.split("'", 1)[0]: part for part in parts}
     assert sorted(logs) == sorted(submissions)
     alarms = {s for s, log in logs.items() if "Attribute 'checksum'" in log}
     assert alarms == {"edited"}, {s: logs[s][-600:] for s in alarms}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        scores = {s: {g.name: g.score for nb in gradebook.find_submission("ex1", s).notebooks
+        scores = {s: {g.name: g.score for nb in gradebook.find_submission("ex", s).notebooks
                       for g in nb.grades if g.name.startswith("check-")} for s in submissions}
+        extra = [g.extra_credit for s in submissions
+                 for nb in gradebook.find_submission("ex", s).notebooks for g in nb.grades]
+        sources = [c.source for nb in gradebook.find_assignment("ex").notebooks
+                   for c in nb.source_cells]
+    full = {"check-kappa": 2.0, "check-centered_advantages": 2.0,
+            "check-multiplicity_weights": 2.0, "check-pass_at_k": 2.0}
+    kappa_zero = {**full, "check-kappa": 0.0}
     assert scores == {
-        "solution": {"check-kappa": 2.0, "check-centered_advantages": 2.0},
-        "stub": {"check-kappa": 0.0, "check-centered_advantages": 0.0},
-        "uncentered": {"check-kappa": 0.0, "check-centered_advantages": 2.0},
-        "grpo": {"check-kappa": 2.0, "check-centered_advantages": 0.0},
-        "unnamed": {"check-kappa": 0.0, "check-centered_advantages": 2.0},
-        "aliased": {"check-kappa": 0.0, "check-centered_advantages": 2.0},
-        "patched": {"check-kappa": 0.0, "check-centered_advantages": 0.0},  # rebinds Feedback.score
-        "rebound": {"check-kappa": 0.0, "check-centered_advantages": 0.0},
-        "shadowed": {"check-kappa": 0.0, "check-centered_advantages": 0.0},
-        "edited": {"check-kappa": 2.0, "check-centered_advantages": 2.0}}
-    graded = (course / "autograded" / "uncentered" / "ex1" / path.name).read_text()
-    assert "uncentered estimator's fidelity" in graded  # the hint, in the graded output
-    graded = (course / "autograded" / "aliased" / "ex1" / path.name).read_text()
-    assert "runs sera's own code" in graded  # why it got no points
-    graded = (course / "autograded" / "rebound" / "ex1" / path.name).read_text()
-    assert "rebinds math.isclose" in graded
-    graded = (course / "autograded" / "shadowed" / "ex1" / path.name).read_text()
-    assert "shadows the builtin zip" in graded
+        "solution": full, "stub": dict.fromkeys(full, 0.0), "uncentered": kappa_zero,
+        "aliased": kappa_zero, "where-warning": full, "numpy-names": full, "edited": full,
+        **dict.fromkeys(routes, kappa_zero), "zz-after": full}, scores
+    assert not any(extra) and "pass" not in sources
+    graded = {s: (course / "autograded" / s / "ex" / paths[0].name).read_text()
+              for s in submissions}
+    assert "uncentered" not in graded["uncentered"] or "off on ordinary" in graded["uncentered"]
+    assert "imported from sera" in graded["aliased"]
+    for student in routes:  # nothing of the hidden tests in any graded notebook
+        assert "BEGIN HIDDEN" not in graded[student] and "expm1" not in graded[student]
+    # The feedback students get: the failed kind of case and the likely mistake, and nothing of
+    # the hidden region (its cases, its reference, its messages for other kinds; 1e-12 is in the
+    # exercise's own text).
+    release.nbgrader(course, "generate_feedback", "ex", "--force")
+    html = (course / "feedback" / "uncentered" / "ex" / paths[0].with_suffix(".html").name)
+    html = html.read_text()
+    assert "off on ordinary cases" in html
+    for line in _hidden("kappa").splitlines():  # its code lines (not the messages)
+        code = line.split("#")[0].strip().rstrip(",)")
+        if len(code) > 12 and not code.startswith(("assert", "for ", '"', "f\"")):
+            assert code not in html, code
+    for secret in ("3e-14", "expm1", "log1p", "BEGIN HIDDEN", "_ordinary"):
+        assert secret not in html, secret
+    print(f"autograde of {len(submissions)} students, 2 notebooks each: {seconds:.1f} s")
     # A rebuild of the release (make course) over the collected course keeps every grade and
     # every collected and graded file.
     kept = sorted(p.relative_to(course) for p in course.rglob("*")
                   if p.parts[len(course.parts)] in ("submitted", "autograded"))
-    release.generate_assignments({"ex1": [path]}, course)
+    release.generate_assignments({"ex": paths}, course)
     assert sorted(p.relative_to(course) for p in course.rglob("*")
                   if p.parts[len(course.parts)] in ("submitted", "autograded")) == kept
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        again = {s: {g.name: g.score for nb in gradebook.find_submission("ex1", s).notebooks
+        again = {s: {g.name: g.score for nb in gradebook.find_submission("ex", s).notebooks
                      for g in nb.grades if g.name.startswith("check-")} for s in submissions}
     assert again == scores
 
@@ -649,50 +709,3 @@ def test_the_lecture_plan_names_sections_that_exist_and_only_the_instructor_gets
     root, written = built
     assert (root / "instructor" / "LECTURE_PLAN.md") in written["instructor"]
     assert not (root / "student" / "LECTURE_PLAN.md").exists()
-
-
-TAMPERING = [  # a student cell's source, and what the scan before the run must name
-    ("import math\nmath.isclose = lambda *a, **k: True", "rebinds math.isclose"),
-    ("m = np\nm.allclose = lambda *a, **k: True", "rebinds m.allclose"),
-    ("np.testing.assert_allclose = print", "rebinds np.testing.assert_allclose"),
-    ("zip = lambda *a: iter(())", "shadows the builtin zip"),
-    ("def float(x):\n    return 1.0", "shadows the builtin float"),
-    ("for any in [all]:\n    pass", "shadows the builtin any"),
-    ("import numpy as isinstance", "shadows the builtin isinstance"),
-    ("setattr(math, 'isclose', max)", "calls setattr"),
-    ("exec('math.isclose = max')", "calls exec"),
-    ("globals()['zip'] = None", "calls globals"),
-    ("getattr(__import__('ma' + 'th'), 'pi')", "calls __import__"),
-    ("import builtins\nbuiltins.abs = round", "imports builtins"),
-    ("from importlib import import_module", "imports from importlib"),
-    ("import sys\nsys.modules['math'] = np", "rebinds sys.modules['math']"),
-    ("__builtins__.len = max", "reaches __builtins__"),
-    ("kappa.__code__ = (lambda p, n: 0).__code__", "reaches kappa.__code__"),
-    ("object.__setattr__(math, 'isclose', max)", "reaches object.__setattr__"),
-    ("vars(math).update(isclose=max)", "calls vars"),
-    ("math.__dict__['isclose'] = max", "reaches math.__dict__"),
-    ("def kappa(p, n):\n    m = math\n    m.isclose = max\n    return 0.0", "rebinds m.isclose"),
-]
-
-
-@pytest.mark.parametrize("source, named", TAMPERING)
-def test_the_scan_before_grading_names_each_way_to_change_the_tests_tools(source, named):
-    from sera.teaching.autograde import tampering
-
-    assert any(named in line for line in tampering(source)), tampering(source)
-
-
-def test_the_scan_passes_every_solution_and_every_cell_a_student_may_edit():
-    # no false alarm: the instructor's solutions and every unlocked cell as released
-    from nbgrader import utils
-
-    from sera.teaching.autograde import tampering
-
-    for path in EXERCISES:
-        for cell in nbformat.read(path, as_version=4).cells:
-            if cell.cell_type == "code" and not utils.is_locked(cell):
-                assert tampering(cell.source) == [], (path.name, cell.source)
-                assert tampering(_without_markers(cell.source)) == [], path.name
-    ordinary = ("def f(c, order):\n    c = c.copy()\n    c[np.argsort(order)[:2]] += 1\n"
-                "    return c\n\nvalues = [f(np.zeros(3), np.arange(3))]\ntotal = sum(values)")
-    assert tampering(ordinary) == []

@@ -1,149 +1,220 @@
-"""nbgrader's autograde without its false alarm on hidden tests.
+"""nbgrader's autograde with the student's code on the far side of a process boundary.
 
-nbgrader keeps each locked cell's source *with* its hidden tests in the gradebook and releases it
-without them, so at autograde every untouched check cell looks edited ("Attribute 'checksum'
-for cell ... has changed!", nbgrader issue 1961) before nbgrader puts the hidden tests back. The
-course's nbgrader_config.py (written by `make course`) swaps in OverwriteCells below, which puts
-them back first when the submitted cell is exactly the released one, so the warning is left for
-a cell that was really changed. What is graded is the same either way: nbgrader's own
-OverwriteCells still replaces every locked cell with the gradebook's source.
+Stock nbgrader runs a submission top to bottom in one kernel, hidden tests included, with the
+instructor's rights: a student cell can then reach the tests' tools, their expected values, the
+course's source notebooks and the gradebook. The course's nbgrader_config.py (written by `make
+course`, `config_lines`) swaps two of autograde's steps:
 
-A student's code runs in the kernel that runs the hidden tests, so a student cell could change
-what the tests call: rebind a library function (`math.isclose = lambda *a, **k: True`), shadow a
-builtin (`zip = ...` at the top of a cell) or reach the same through `setattr`, `exec` or
-`builtins`. No check inside that kernel can be final, so OverwriteCells also reads every cell a
-student could edit before the notebook runs, in the instructor's process (`tampering`), and where
-one does any of that, each graded test cell fails first with a message that names the line.
+- `SandboxedExecute` replaces nbgrader's Execute. It reads the submission as data and sends only
+  the student's definitions (`definitions`: functions, imports of ALLOWED_MODULES, constants) to
+  a fresh interpreter in a sandbox (sera.teaching.sandbox: bubblewrap, no network, no course
+  folder, no sera package). Each graded cell's hidden region then runs here, in the grader,
+  calling the student's functions through stand-ins that carry plain values across. Nothing a
+  student cell does at run time reaches the comparison or the expected values, a warning the
+  student's code prints costs nothing, and the graded cell's output is one line: a pass, or the
+  hidden test's own message (the kind of case that failed and the likely mistake). The hidden
+  region is then taken out of the graded notebook, so the feedback nbgrader writes from it
+  never shows the cases or the reference.
+- `OverwriteCells` is nbgrader's, quiet for a locked cell submitted as it was released (nbgrader
+  keeps each locked cell's source *with* its hidden tests, so at autograde every untouched check
+  cell looked edited, nbgrader issue 1961).
+
+Without bubblewrap, grading stops with a message, unless the instructor sets
+`c.SandboxedExecute.sandbox = "none"` (a separate process still, but one that can read and
+write what the instructor can).
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 import copy
+import math
+from pathlib import Path
 
+import numpy as np
+from nbformat.v4 import new_output
 from nbgrader import utils
 from nbgrader.api import MissingEntry
-from nbgrader.preprocessors import ClearHiddenTests
+from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 from nbgrader.preprocessors import OverwriteCells as _NbgraderOverwriteCells
+from traitlets import Enum
 
-FORBIDDEN_CALLS = frozenset({"setattr", "delattr", "exec", "eval", "compile", "__import__",
-                             "globals", "vars"})
-"""Calls that change or reach names indirectly; no exercise needs them."""
-FORBIDDEN_MODULES = frozenset({"builtins", "ctypes", "gc", "importlib", "inspect"})
-"""Modules that reach the interpreter's own objects; no exercise imports them."""
-FORBIDDEN_NAMES = frozenset({"__builtins__", "modules"})
-"""Names and attributes through which a library's functions can be swapped (and any other
-double-underscore attribute but READABLE_DUNDERS: __dict__, __setattr__, __code__, ...)."""
-READABLE_DUNDERS = frozenset({"__name__", "__doc__"})
-_BUILTINS = frozenset(dir(builtins))
+from sera.teaching.notebook_files import HIDDEN
+from sera.teaching.sandbox import MODES, Sandbox, StudentError
+
+ALLOWED_MODULES = frozenset({"numpy", "math"})
+"""The modules the exercises may import from ("with numpy and math only"), in any form."""
+PASSED = "All hidden cases pass."
+_TAKEN_OUT = "# (the hidden tests ran in the grader and are not part of the feedback)\n"
 
 
-def _root(node):
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        node = node.value
-    return node
+def _module(node) -> list[str]:
+    """The top-level modules an import statement reads from."""
+    if isinstance(node, ast.Import):
+        return [alias.name.split(".")[0] for alias in node.names]
+    return ["." if node.level else (node.module or "").split(".")[0]]
 
 
-def _unpacked(targets):
-    """Assignment targets with tuples, lists and starred targets opened."""
-    for target in targets:
-        if isinstance(target, (ast.Tuple, ast.List)):
-            yield from _unpacked(target.elts)
-        elif isinstance(target, ast.Starred):
-            yield from _unpacked([target.value])
-        else:
-            yield target
+def _names(node) -> list[str]:
+    return [(a.asname or a.name).split(".")[0] for a in node.names]
 
 
-def _bound(node, targets) -> list[str]:
-    """The names a statement binds in the namespace it runs in."""
-    bound = [t.id for t in _unpacked(targets) if isinstance(t, ast.Name)]
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        bound.append(node.name)
+def definitions(sources: list[str]) -> tuple[str, dict[str, str]]:
+    """What of a student's cells the grader's sandbox runs, and which functions cannot be graded.
+
+    Returns the code (each cell's top-level `def`s, its imports from ALLOWED_MODULES and its
+    names bound to a literal constant, in order) and, for each function that imports from
+    another module or uses a name imported from one, why ("imports scipy"). Everything else in
+    the cells (calls, prints, checks, cells that do not parse) is left out: it never runs."""
+    kept, dropped, refused = [], {}, {}
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for statement in tree.body:
+            # one import statement may name modules on both sides of the allow-list
+            split = [ast.Import(names=[alias]) for alias in statement.names] \
+                if isinstance(statement, ast.Import) else [statement]
+            for node in split:
+                _define(node, kept, dropped, refused)
+    return ast.unparse(ast.Module(body=kept, type_ignores=[])), refused
+
+
+def _define(node, kept: list, dropped: dict, refused: dict) -> None:
+    """definitions' step for one top-level statement."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
-        bound += [(a.asname or a.name).split(".")[0] for a in node.names]
-    loops = [node.target] if isinstance(node, ast.For) else \
-        [i.optional_vars for i in node.items if i.optional_vars] \
-        if isinstance(node, ast.With) else []
-    bound += [n.id for target in loops for n in ast.walk(target) if isinstance(n, ast.Name)]
-    return bound
+        outside = [m for m in _module(node) if m not in ALLOWED_MODULES]
+        if outside:
+            dropped.update({name: outside[0] for name in _names(node)})
+        else:
+            kept.append(node)
+            for name in _names(node):
+                dropped.pop(name, None)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        kept.append(node)
+        why = [f"imports {m}" for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))
+               for m in _module(n) if m not in ALLOWED_MODULES]
+        why += [f"uses {n.id}, imported from {dropped[n.id]}" for n in ast.walk(node)
+                if isinstance(n, ast.Name) and n.id in dropped]
+        if why:
+            refused[node.name] = why[0]
+        else:
+            refused.pop(node.name, None)
+    elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+        try:
+            ast.literal_eval(node.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return
+        kept.append(node)
 
 
-def tampering(source: str) -> list[str]:
-    """What in a student's cell could change the hidden tests' own tools, one line each
-    ("line 3: rebinds math.isclose"); [] for a cell that only defines and computes. Flags an
-    attribute assigned or deleted on anything but a function's own objects (its arguments, and
-    names it assigns from a computed value rather than as an alias of a name or attribute), a
-    builtin's name bound at the top of the cell, the calls of FORBIDDEN_CALLS, imports of
-    FORBIDDEN_MODULES, the names of FORBIDDEN_NAMES and double-underscore attributes
-    (READABLE_DUNDERS aside). A cell that does not parse is left to the kernel to report."""
+def hidden_region(source: str) -> str | None:
+    """The hidden tests of a graded cell's source, without their markers; None if it has none."""
+    match = HIDDEN.search(source)
+    return None if match is None else "\n".join(match.group(0).splitlines()[1:-1])
+
+
+def explain(exc: BaseException) -> str:
+    """What a student reads when a graded cell gives no points: never a hidden case, an expected
+    value or the reference."""
+    if isinstance(exc, AssertionError):
+        return str(exc) or "A hidden case failed."
+    if isinstance(exc, StudentError):
+        if exc.kind == "NotImplementedError":
+            return "Not done yet: the function still raises NotImplementedError."
+        if exc.kind == "refused":
+            return exc.message
+        if exc.kind in ("ModuleNotFoundError", "ImportError", "NameError") \
+                and "sera" in exc.message:
+            return ("Your function uses the sera package, which is not there when grading: "
+                    "write it with numpy and math only.")
+        if exc.kind == "timeout":
+            return f"Your function took too long on a hidden case ({exc.message})."
+        if exc.kind == "Missing":
+            return (f"{exc.message} in your notebook: define it with `def` in its cell "
+                    f"(the grader runs only your definitions and imports).")
+        if exc.kind in ("ended", "malformed"):
+            return f"Your function's process stopped answering: {exc.message}."
+        if exc.kind == "TypeError" and exc.message.startswith(("a ", "an array")):
+            return f"Your function returned {exc.message}."
+        return f"Your function raised {exc.kind} on a hidden case: {exc.message}"
+    if isinstance(exc, NameError):
+        return (f"{exc}: define it with `def` in its cell (the grader runs only your definitions "
+                f"and imports).")
+    return (f"The grader could not use your function's values ({type(exc).__name__}): check "
+            f"that it returns what the exercise asks for, in its shape.")
+
+
+def grade_cell(hidden: str, box: Sandbox, functions: list[str],
+               refused: dict[str, str]) -> str | None:
+    """Run one graded cell's hidden tests in this process against the student's functions in
+    `box`; None when every case passes, else the message for the student."""
+
+    def stand_in(name):
+        if name in refused:
+            def call(*args):
+                raise StudentError("refused", f"{name} {refused[name]}, but these exercises are "
+                                              f"numpy and math only.")
+            return call
+        return box.function(name)
+
+    namespace = {"__name__": "grader", "np": np, "math": math,
+                 **{name: stand_in(name) for name in functions}}
     try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return []
-    found = []
+        with np.errstate(all="ignore"):
+            exec(compile(hidden, "<hidden tests>", "exec"), namespace)  # noqa: S102
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the student's message
+        return explain(exc)
+    return None
 
-    def flag(node, what):
-        found.append(f"line {node.lineno}: {what}")
 
-    top = {id(n) for n in ast.iter_child_nodes(tree)}
-    local = set()  # a function's arguments and the values it computes: its own objects
-    for func in (n for n in ast.walk(tree)
-                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))):
-        local |= {t.id for n in ast.walk(func) if isinstance(n, ast.Assign)
-                  and not isinstance(n.value, (ast.Name, ast.Attribute))  # not an alias
-                  for t in n.targets if isinstance(t, ast.Name)}
-        local |= {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
-    for node in ast.walk(tree):
-        targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
-                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
-        for target in _unpacked(targets):
-            root = _root(target)
-            mine = isinstance(root, ast.Name) and root.id in local
-            if isinstance(target, ast.Attribute) and not mine or \
-                    isinstance(target, ast.Subscript) and isinstance(root, ast.Name) \
-                    and root.id in _BUILTINS | {"sys", "builtins"}:
-                flag(node, f"rebinds {ast.unparse(target)}")
-        if id(node) in top:
-            for name in _bound(node, targets):
-                if name in _BUILTINS:
-                    flag(node, f"shadows the builtin {name}")
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id in FORBIDDEN_CALLS:
-            flag(node, f"calls {node.func.id}")
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] in FORBIDDEN_MODULES:
-                    flag(node, f"imports {alias.name}")
-        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] \
-                in FORBIDDEN_MODULES:
-            flag(node, f"imports from {node.module}")
-        dunder = isinstance(node, ast.Attribute) and node.attr.startswith("__") \
-            and node.attr.endswith("__") and node.attr not in READABLE_DUNDERS
-        if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES or dunder \
-                or isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_NAMES:
-            flag(node, f"reaches {ast.unparse(node)}")
-    return list(dict.fromkeys(found))
+def _functions(code: str) -> list[str]:
+    return [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
+
+
+class SandboxedExecute(NbGraderPreprocessor):
+    """Autograde's execution step with the student's code in a sandbox and the hidden tests in
+    the grader (see the module's docstring)."""
+
+    sandbox = Enum(list(MODES), default_value="bubblewrap",
+                   help="'bubblewrap' (no network, no course folder, no sera package), or 'none' "
+                        "(another process, with the grader's rights: only where student code "
+                        "may run so)").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        student = [cell.source for cell in nb.cells
+                   if cell.cell_type == "code" and not utils.is_locked(cell)]
+        code, refused = definitions(student)
+        functions = _functions(code)
+        graded = [cell for cell in nb.cells if cell.cell_type == "code"
+                  and utils.is_grade(cell) and utils.is_locked(cell)]
+        who = resources.get("nbgrader", {}).get("student", "?")
+        self.log.info("Grading %s's %s in a sandbox: %s", who,
+                      resources.get("nbgrader", {}).get("notebook", "notebook"), self.sandbox)
+        with Sandbox(self.sandbox, hide=[Path.cwd()]) as box:
+            try:
+                box.define(code)
+                broken = None
+            except StudentError as exc:
+                broken = (f"Your definitions raised {exc.kind} when the grader ran them "
+                          f"({exc.message}): run your notebook from the top to find it.")
+            for cell in graded:
+                hidden = hidden_region(cell.source)
+                if hidden is None:
+                    raise ValueError(f"graded cell {cell.metadata['nbgrader']['grade_id']} has "
+                                     f"no hidden tests to grade it by")
+                why = broken or grade_cell(hidden, box, functions, refused)
+                cell.outputs = [new_output("stream", name="stdout", text=PASSED + "\n")
+                                if why is None else
+                                new_output("error", ename="Not yet", evalue=why,
+                                           traceback=[why])]
+                cell.source = HIDDEN.sub(_TAKEN_OUT, cell.source)
+        return nb, resources
 
 
 class OverwriteCells(_NbgraderOverwriteCells):
-    """nbgrader's OverwriteCells, quiet for a locked cell submitted as it was released, and
-    failing every graded test cell of a notebook whose student cells tamper (`tampering`)."""
-
-    def preprocess(self, nb, resources):
-        found = [f"{cell.metadata.get('nbgrader', {}).get('grade_id', f'cell {i}')}, {what}"
-                 for i, cell in enumerate(nb.cells)
-                 if cell.cell_type == "code" and not utils.is_locked(cell)
-                 for what in tampering(cell.source)]
-        nb, resources = super().preprocess(nb, resources)
-        if found:
-            message = ("no points: a student cell changes what the tests use ("
-                       + "; ".join(found) + ")")
-            for cell in nb.cells:
-                if cell.cell_type == "code" and utils.is_grade(cell) and utils.is_locked(cell):
-                    cell.source = f"raise AssertionError({message!r})\n{cell.source}"
-        return nb, resources
+    """nbgrader's OverwriteCells, quiet for a locked cell submitted as it was released."""
 
     def preprocess_cell(self, cell, resources, cell_index):
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -163,9 +234,14 @@ class OverwriteCells(_NbgraderOverwriteCells):
 
 
 def config_lines() -> str:
-    """The lines of a course's nbgrader_config.py that swap this OverwriteCells in."""
+    """The lines of a course's nbgrader_config.py that swap OverwriteCells and SandboxedExecute
+    in for nbgrader's own."""
     return ("from nbgrader.converters import Autograde\n"
-            "from sera.teaching.autograde import OverwriteCells\n"
-            "c.Autograde.sanitize_preprocessors = [\n"
-            "    OverwriteCells if p.__name__ == 'OverwriteCells' else p\n"
-            "    for p in Autograde.class_traits()['sanitize_preprocessors'].default()]\n")
+            "from sera.teaching.autograde import OverwriteCells, SandboxedExecute\n"
+            "_ours = {'OverwriteCells': OverwriteCells, 'Execute': SandboxedExecute}\n"
+            + "".join(f"c.Autograde.{steps} = [_ours.get(p.__name__, p) for p in "
+                      f"Autograde.class_traits()['{steps}'].default()]\n"
+                      for steps in ("sanitize_preprocessors", "autograde_preprocessors"))
+            + "# Student code runs in bubblewrap; 'none' runs it unfenced, with your rights:\n"
+              "c.SandboxedExecute.sandbox = 'bubblewrap'\n")
+

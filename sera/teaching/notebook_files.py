@@ -12,6 +12,9 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path.cwd()
+HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
+                    re.M | re.S)
+"""A code cell's hidden tests, with their markers: the grade, which only the instructor sees."""
 
 
 def notebooks(folder: Path | None = None) -> list[Path]:

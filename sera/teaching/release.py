@@ -23,12 +23,10 @@ from pathlib import Path
 
 import nbformat
 
-from sera.teaching.notebook_files import ROOT, guide_for, notebooks, strip
+from sera.teaching.notebook_files import HIDDEN, ROOT, guide_for, notebooks, strip
 
 _SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*\n?",
                        re.M | re.S)
-_HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*\n?",
-                     re.M | re.S)
 
 
 def student_notebook(nb):
@@ -43,7 +41,7 @@ def student_cell(cell):
     if cell.cell_type == "code":
         cell.source = _SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError  # your "
                                               f"code here\n", cell.source)
-        cell.source = _HIDDEN.sub("", cell.source).rstrip("\n")
+        cell.source = HIDDEN.sub("", cell.source).rstrip("\n")
     elif cell.cell_type == "markdown":
         cell.source = _SOLUTION.sub("YOUR ANSWER HERE\n", cell.source).rstrip("\n")
     return cell
@@ -59,7 +57,7 @@ def solution_bodies_of(text: str) -> list[str]:
     """The text between each pair of solution or hidden-test markers in text."""
     text += "\n"
     bodies = [m.group(0) for m in _SOLUTION.finditer(text)] + \
-             [m.group(0) for m in _HIDDEN.finditer(text)]
+             [m.group(0) for m in HIDDEN.finditer(text)]
     return ["\n".join(line for line in body.splitlines()[1:-1]) for body in bodies]
 
 
