@@ -709,3 +709,28 @@ def test_the_lecture_plan_names_sections_that_exist_and_only_the_instructor_gets
     root, written = built
     assert (root / "instructor" / "LECTURE_PLAN.md") in written["instructor"]
     assert not (root / "student" / "LECTURE_PLAN.md").exists()
+
+
+@pytest.mark.parametrize("name", sorted(set(course.CHECKS) - {"rounding"}))
+def test_a_lookup_table_of_the_checks_cases_is_not_told_it_is_right(name, monkeypatch, capsys):
+    # A student who records the check's cases from a working function and answers from the
+    # table: the check's fresh random cases (another draw each call) find it out.
+    from sera.teaching import feedback
+
+    solution, table = getattr(solutions, name), {}
+
+    def recorded(*args):
+        table[repr(args)] = solution(*args)
+        return table[repr(args)]
+
+    def looked_up(*args):
+        return table.get(repr(args), np.zeros_like(np.asarray(solution(*args), dtype=float)))
+
+    monkeypatch.setattr(feedback, "_FRESH", np.random.default_rng(1))
+    assert course.CHECKS[name](recorded).passed
+    monkeypatch.setattr(feedback, "_FRESH", np.random.default_rng(2))
+    looked = course.CHECKS[name](looked_up)
+    assert not looked.passed and "new random ones" in looked.message
+    monkeypatch.setattr(feedback, "_FRESH", np.random.default_rng(3))
+    assert course.CHECKS[name](solution).passed  # and the real function passes any draw
+    capsys.readouterr()

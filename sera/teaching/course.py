@@ -21,7 +21,7 @@ import numpy as np
 
 from sera.fidelity import kappa as _kappa
 from sera.passk import pass_at_k as _pass_at_k
-from sera.teaching.feedback import Feedback, Hint, _close, _report
+from sera.teaching.feedback import FRESH_CASES, Feedback, Hint, _close, _report
 from sera.teaching.waterline_checks import check_rounding, check_two_prompt_waterline
 
 # ---------------------------------------------------------------------- exercise 1: kappa
@@ -56,7 +56,11 @@ def check_kappa(fn) -> Feedback:
                         "to a multiple of 1e-16. numpy has functions that keep them.")
         return None
 
-    return _report("kappa", fn, run)
+    def fresh(fn, rng):
+        p, n = rng.uniform(0.01, 0.99, FRESH_CASES), rng.integers(2, 60, FRESH_CASES)
+        return _close([float(fn(q, int(m))) for q, m in zip(p, n, strict=True)], _kappa(p, n))
+
+    return _report("kappa", fn, run, fresh)
 
 
 def check_centered_advantages(fn) -> Feedback:
@@ -87,7 +91,14 @@ def check_centered_advantages(fn) -> Feedback:
                         "should be 0.")
         return None
 
-    return _report("centered advantages", fn, run)
+    def fresh(fn, rng):
+        groups = [(rng.random(int(rng.integers(3, 10))) < 0.4).astype(float)
+                  for _ in range(FRESH_CASES)]
+        groups[0][0] = 1.0  # one group with a success at least
+        return all(_close(fn(r.copy()), (r - r.mean()) / r.mean() if r.mean() > 0 else 0 * r)
+                   for r in groups)
+
+    return _report("centered advantages", fn, run, fresh)
 
 
 def _explains(mistake, groups, got) -> bool:
@@ -160,7 +171,12 @@ def check_multiplicity_weights(fn) -> Feedback:
                     f"{total:.4g}, not what a prompt carried under uniform counts (n0): a "
                     f"weight should not depend on the rest of the batch.")
 
-    return _report("multiplicity weights", fn, run)
+    def fresh(fn, rng):
+        counts, n0 = rng.integers(0, 40, (FRESH_CASES, 5)), rng.integers(2, 16, FRESH_CASES)
+        return all(_close(fn(c.copy(), int(m)), np.where(c > 0, m / np.maximum(c, 1), 0.0))
+                   for c, m in zip(counts, n0, strict=True))
+
+    return _report("multiplicity weights", fn, run, fresh)
 
 
 def check_pass_at_k(fn) -> Feedback:
@@ -180,7 +196,13 @@ def check_pass_at_k(fn) -> Feedback:
         (n, c, k), value = cases[i], got[i]
         return Hint(f"For n = {n}, c = {c}, K = {k} your value {value:.6f} is off.", named=False)
 
-    return _report("Pass@K", fn, run)
+    def fresh(fn, rng):
+        n = rng.integers(5, 60, FRESH_CASES)
+        cases = [(int(m), int(rng.integers(0, m + 1)), int(rng.integers(1, m + 1))) for m in n]
+        return _close([float(fn(*case)) for case in cases],
+                      [float(_pass_at_k(*case)) for case in cases])
+
+    return _report("Pass@K", fn, run, fresh)
 
 
 # The typical mistakes: each one's value for (n, c, K), and its hint.

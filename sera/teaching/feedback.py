@@ -65,12 +65,22 @@ class _Watched:
             sys.setprofile(outer)
 
 
-def _report(name: str, fn, run) -> Feedback:
+FRESH_CASES = 4
+"""How many new random cases a check draws after its own cases pass."""
+_FRESH = np.random.default_rng()
+
+
+def _report(name: str, fn, run, fresh=None) -> Feedback:
     """Call run(fn) -> None (passed) or a Hint; a stub or an error becomes a message, and so does
-    a function that runs this package's own code."""
+    a function that runs this package's own code. `fresh(fn, rng)` -> bool, if given, tries fn
+    on new random cases once run passes, so that a function that looks its answers up in a
+    table of the check's own cases is not told it is right."""
     watched = _Watched(fn)
     try:
         hint = run(watched)
+        if hint is None and fresh is not None and not fresh(watched, _FRESH):
+            hint = Hint("Right on the check's own cases but off on new random ones: does your "
+                        "function compute its answer for any input?", named=False)
     except NotImplementedError:
         feedback = Feedback(False, False, f"{name}: not done yet (fill in the stub, then run "
                                           f"this cell again).")

@@ -10,7 +10,7 @@ import numpy as np
 
 from sera.allocation import allocate, waterline
 from sera.fidelity import kappa as _kappa
-from sera.teaching.feedback import Feedback, Hint, _close, _report
+from sera.teaching.feedback import FRESH_CASES, Feedback, Hint, _close, _report
 
 
 def check_two_prompt_waterline(fn) -> Feedback:
@@ -43,7 +43,13 @@ def check_two_prompt_waterline(fn) -> Feedback:
                         f"do not give the two prompts equal kappa.", named=False)
         return None
 
-    return _report("two-prompt waterline", fn, run)
+    def fresh(fn, rng):
+        cases = [(*rng.uniform(0.02, 0.95, 2), int(rng.integers(6, 40)), int(rng.integers(2, 4)))
+                 for _ in range(FRESH_CASES)]
+        return all(_close(fn(float(p1), float(p2), m, lo), waterline([p1, p2], m, lo).counts,
+                          rtol=1e-6, atol=1e-6) for p1, p2, m, lo in cases)
+
+    return _report("two-prompt waterline", fn, run, fresh)
 
 
 def _two_prompts(h, budget: int, n_min: int) -> np.ndarray:

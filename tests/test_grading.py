@@ -1,0 +1,175 @@
+"""The grader's fence (sera.teaching.sandbox) and what autograde sends through it
+(sera.teaching.autograde.definitions): the student's process sees no course, no gradebook, no
+sera package and no network, a hang or a memory bomb costs only that call, values cross as plain
+numbers and arrays, and only definitions and numpy/math imports ever run."""
+
+import ast
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sera.teaching import autograde, sandbox
+from sera.teaching.sandbox import Sandbox, SandboxError, StudentError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def box():
+    with Sandbox() as fenced:
+        yield fenced
+
+
+def _function(box, source: str, name: str = "f"):
+    box.define(source)
+    return box.function(name)
+
+
+def test_the_fenced_process_sees_neither_the_course_nor_the_package(box, tmp_path):
+    course = tmp_path / "course"
+    (course / "source").mkdir(parents=True)
+    (course / "gradebook.db").write_text("grades")
+    paths = [str(course / "gradebook.db"), str(course / "source"), str(ROOT / "sera"),
+             str(ROOT / "notebooks"), str(ROOT / "data"), "/etc/passwd"]
+    seen = _function(box, "import os\ndef f(paths):\n"
+                          "    return [os.path.exists(p) and bool(os.listdir(p) if os.path.isdir(p)"
+                          " else 1) for p in paths]")
+    assert seen(paths) == [False] * len(paths)
+    find = _function(box, "def f():\n    import importlib.util\n"
+                          "    return importlib.util.find_spec('sera') is not None")
+    assert find() is False
+    # and what it writes stays in its own scratch folder
+    write = _function(box, f"def f():\n    open({str(course / 'planted')!r}, 'w').write('x')")
+    with pytest.raises(StudentError, match="FileNotFoundError|PermissionError|OSError"):
+        write()
+    assert not (course / "planted").exists()
+
+
+def test_the_fenced_process_has_no_network(box):
+    connect = _function(box, "import socket\ndef f():\n"
+                             "    socket.create_connection(('127.0.0.1', 9), timeout=2)")
+    with pytest.raises(StudentError) as failed:
+        connect()
+    assert failed.value.kind in ("ConnectionRefusedError", "OSError", "gaierror")
+    interfaces = _function(box, "import socket\ndef f():\n"
+                                "    return [name == 'lo' for _, name in socket.if_nameindex()]")
+    assert interfaces() == [True]  # its own network namespace: loopback only
+
+
+def test_a_hang_or_a_crash_costs_that_call_only(box, monkeypatch):
+    monkeypatch.setattr(sandbox, "CALL_SECONDS", 1.0)
+    box.define("import os\ndef spin():\n    while True:\n        pass\n"
+               "def leave():\n    os._exit(3)\ndef ok(x):\n    return x + 1\n")
+    with pytest.raises(StudentError, match="timeout"):
+        box._ask({"op": "call", "name": "spin", "args": []}, seconds=1.0)
+    assert box.call("ok", 1) == 2  # a fresh process, the same definitions
+    with pytest.raises(StudentError, match="ended"):
+        box.call("leave")
+    assert box.call("ok", 2) == 3
+    box.define("import numpy as np\ndef hog():\n    return np.ones(2 ** 33).sum()\n")
+    with pytest.raises(StudentError) as failed:
+        box.call("hog")
+    assert failed.value.kind in ("MemoryError", "_ArrayMemoryError", "ended")
+
+
+def test_values_cross_as_numbers_and_arrays_and_nothing_else(box):
+    echo = _function(box, "import numpy as np\ndef f(x):\n    print('noise on stdout')\n"
+                          "    return x")
+    for value in (3, 2.5, True, None, [1, 2.5], np.arange(4), np.array([0.1, np.nan, np.inf]),
+                  np.array([[True, False]]), 1e-300, -0.0):
+        back = echo(value)
+        if isinstance(value, np.ndarray):
+            assert back.dtype.kind == value.dtype.kind and back.shape == value.shape
+            np.testing.assert_array_equal(back, value)
+        else:
+            assert back == value and type(back) is type(value)
+    assert echo(np.float32(0.5)) == 0.5 and echo((1, 2)) == [1, 2]
+    text = _function(box, "def f():\n    return 'kappa'")
+    with pytest.raises(StudentError, match="a str, not a number"):
+        text()
+
+
+def test_without_bubblewrap_grading_stops_unless_told_to_go_unfenced(monkeypatch):
+    monkeypatch.setattr(sandbox, "bwrap", lambda: None)
+    with pytest.raises(SandboxError, match="SandboxedExecute.sandbox = 'none'"):
+        Sandbox()
+    with Sandbox("none") as unfenced:  # another process still: the hidden tests stay here
+        assert _function(unfenced, "import os\ndef f():\n    return os.getpid()")() != \
+            __import__("os").getpid()
+    with pytest.raises(ValueError, match="sandbox mode"):
+        Sandbox("docker")
+
+
+# A student's cells, and what autograde's sandbox runs of them: (source, names defined there,
+# {function: why it is refused}).
+DEFINITIONS = [
+    ("from numpy import expm1, log1p, sum, abs\ndef kappa(p, n):\n    return -expm1(n * log1p(-p))",
+     {"kappa", "expm1", "log1p", "sum", "abs"}, {}),
+    ("import numpy.linalg as la\nimport math as m\nfrom math import comb\nEPS = 1e-9\n"
+     "def f(x):\n    return la.norm(x) + m.pi + comb(3, 2) + EPS",
+     {"f", "la", "m", "comb", "EPS"}, {}),
+    ("import scipy.special\ndef f(n, k):\n    return scipy.special.comb(n, k)", {"f"},
+     {"f": "uses scipy, imported from scipy"}),
+    ("from sera.fidelity import kappa as K\ndef kappa(p, n):\n    return K(p, n)", {"kappa"},
+     {"kappa": "uses K, imported from sera"}),
+    ("import os, numpy\ndef f():\n    return numpy.zeros(1)", {"f", "numpy"}, {}),
+    ("def f():\n    import subprocess\n    return 0", {"f"}, {"f": "imports subprocess"}),
+    ("def f():\n    from . import secret\n    return secret", {"f"}, {"f": "imports ."}),
+    ("import scipy as np\nimport numpy as np\ndef f():\n    return np.ones(1)", {"f", "np"}, {}),
+    # what is not a definition never runs: calls, prints, loops, computed names, classes
+    ("print('hi')\nget_ipython().input_transformers_cleanup.append(len)\nx = np.ones(3)\n"
+     "for i in range(3):\n    pass\nclass A:\n    pass\nkappa = lambda p, n: 0\nN = 4",
+     {"N"}, {}),
+    ("def f(:\n    pass", set(), {}),  # a cell that does not parse: left to the student's kernel
+]
+
+
+@pytest.mark.parametrize("source, names, refused", DEFINITIONS)
+def test_only_definitions_and_allowed_imports_reach_the_sandbox(source, names, refused):
+    code, why = autograde.definitions([source])
+    bound = set()
+    for node in ast.parse(code).body:
+        assert isinstance(node, (ast.FunctionDef, ast.Import, ast.ImportFrom, ast.Assign))
+        bound |= {node.name} if isinstance(node, ast.FunctionDef) else \
+            {t.id for t in node.targets} if isinstance(node, ast.Assign) else \
+            {(a.asname or a.name).split(".")[0] for a in node.names}
+    assert bound == names and why == refused
+
+
+def test_the_graders_messages_say_why_without_a_case():
+    explain = autograde.explain
+    assert explain(AssertionError("The weights are off on a batch of equal counts.")) == \
+        "The weights are off on a batch of equal counts."
+    assert "Not done yet" in explain(StudentError("NotImplementedError", ""))
+    assert "sera package" in explain(StudentError("ModuleNotFoundError", "No module named 'sera'"))
+    assert "took too long" in explain(StudentError("timeout", "no answer within 20 s"))
+    assert "raised ZeroDivisionError" in explain(StudentError("ZeroDivisionError", "division"))
+    assert "returned a str" in explain(StudentError("TypeError", "a str, not a number"))
+    assert "define it with `def`" in explain(NameError("name 'kappa' is not defined"))
+    assert "in its shape" in explain(TypeError("float() argument must be a string or a real"))
+
+
+def test_the_hidden_region_runs_in_the_grader_with_the_students_function_in_the_sandbox(box):
+    # a function that rebinds what the tests use, in its own process: nothing here changes
+    box.define("import math\nimport sys\ndef kappa(p, n):\n"
+               "    math.isclose = lambda *a, **k: True\n"
+               "    sys._getframe(0).f_globals['zip'] = lambda *a: iter(())\n    return 0.0\n")
+    message = autograde.grade_cell(
+        "assert math.isclose(kappa(0.5, 2), 0.5), 'off on an easy case'", box, ["kappa"], {})
+    assert message == "off on an easy case" and math.isclose(1, 2) is False
+    assert list(zip([1], [2], strict=True)) == [(1, 2)]
+
+
+def test_the_guides_unfenced_setting_is_one_nbgrader_reads():
+    # the line the guide gives for grading without bubblewrap, in the course's config
+    from traitlets.config import Config
+
+    c = Config()
+    exec(autograde.config_lines(), {"c": c})  # noqa: S102 - the course's own config lines
+    assert autograde.SandboxedExecute(config=c).sandbox == "bubblewrap"
+    exec("c.SandboxedExecute.sandbox = 'none'", {"c": c})  # noqa: S102 - the guide's line
+    assert autograde.SandboxedExecute(config=c).sandbox == "none"
+    steps = [p.__name__ for p in c.Autograde.autograde_preprocessors]
+    assert "SandboxedExecute" in steps and "Execute" not in steps
