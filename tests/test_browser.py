@@ -361,14 +361,29 @@ def test_exercise_in_the_browser(lab, browser, name):
 
 
 def _check_the_quiz(page) -> None:
-    """The self-check quiz: its answers start folded and one opens on a click."""
-    quiz = page.locator("details")
-    assert quiz.count() >= 2, "no self-check quiz on the page"
-    first = quiz.first
-    first.scroll_into_view_if_needed()
-    assert not first.evaluate("d => d.open")
-    first.locator("summary").click()
-    assert first.evaluate("d => d.open") and len(first.inner_text()) > 40
+    """The self-check quiz: every choice starts folded, and opening one shows the reply to that
+    choice: "Right." for one choice of the first question, "Not this one." and a reply of its
+    own for each other choice."""
+    folds = page.locator("details").filter(has=page.locator("summary", has_text="(a) "))
+    assert folds.count() >= 2, "no self-check quiz on the page"
+    question = page.locator("details")
+    start = next(i for i in range(question.count())
+                 if question.nth(i).locator("summary").inner_text().startswith("(a) "))
+    replies = []
+    for i in range(start, question.count()):
+        fold = question.nth(i)
+        summary = fold.locator("summary").inner_text()
+        if replies and summary.startswith("(a) "):
+            break  # the next question
+        fold.scroll_into_view_if_needed()
+        assert not fold.evaluate("d => d.open")
+        fold.locator("summary").click()
+        assert fold.evaluate("d => d.open")
+        replies.append(fold.inner_text()[len(summary):].strip())
+    assert len(replies) >= 2 and sum(r.startswith("Right.") for r in replies) == 1, replies
+    wrong = [r for r in replies if not r.startswith("Right.")]
+    assert all(r.startswith("Not this one.") and len(r) > 30 for r in wrong), wrong
+    assert len(set(replies)) >= 2
 
 
 def test_the_static_site_offline(browser, tmp_path):

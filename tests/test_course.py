@@ -406,8 +406,9 @@ def _numbered(text: str) -> list[int]:
 def test_every_study_notebook_ends_with_an_answer_key_to_its_review_questions(path):
     # After the summary and review questions, one markdown cell answers each question under the
     # same number, the whole answer between solution markers, with the nbgrader metadata of a
-    # manually graded answer worth a point per question.
-    cells = nbformat.read(path, as_version=4).cells
+    # manually graded answer worth a point per question; only the self-check quiz comes after.
+    cells = [c for c in nbformat.read(path, as_version=4).cells
+             if "quiz" not in c.metadata.get("tags", [])]
     key, closing = cells[-1], cells[-2]
     assert key.cell_type == "markdown" and key.source.startswith(ANSWER_KEY), \
         f"{path.name} has no answer key after its review questions"
@@ -443,10 +444,10 @@ def test_the_student_release_holds_no_review_answer_and_the_instructor_one_each(
     for line in lines:
         assert line not in student, line[:80]
         assert line in instructor, line[:80]
-    for path in keyed:
-        source = nbformat.read(path, as_version=4).cells[-1]
-        given = nbformat.read(root / "student" / path.name, as_version=4).cells[-1]
-        kept = nbformat.read(root / "instructor" / path.name, as_version=4).cells[-1]
+    for path in keyed:  # the answer key: the last cell before the self-check quiz
+        source = nbformat.read(path, as_version=4).cells[-2]
+        given = nbformat.read(root / "student" / path.name, as_version=4).cells[-2]
+        kept = nbformat.read(root / "instructor" / path.name, as_version=4).cells[-2]
         assert given.source == f"{ANSWER_KEY}\n\nYOUR ANSWER HERE", path.name
         assert kept.source == source.source, path.name
         # nbgrader finds the graded cell in both releases (the student's also carries the
@@ -691,9 +692,9 @@ def test_04_to_08_end_with_an_open_ended_exercise_whose_rubric_only_the_instruct
     assert rubric.startswith("**Rubric (3 points).**") and rubric.count("(1 point)") == 3
     assert "### BEGIN SOLUTION" not in release.student_cell(answer).source
     assert release.student_cell(answer).source.endswith("YOUR ANSWER HERE")
-    # it comes after the notebook's material, before the quiz and the review questions
-    quiz = next(i for i, c in enumerate(cells) if "quiz" in c.metadata.get("tags", []))
-    assert tagged == [quiz - 2, quiz - 1]
+    # it comes after the notebook's material, before the review questions (and the quiz last)
+    review = next(i for i, c in enumerate(cells) if "## Review questions" in c.source)
+    assert tagged == [review - 2, review - 1]
 
 
 def test_the_lecture_plan_names_sections_that_exist_and_only_the_instructor_gets_it(built):

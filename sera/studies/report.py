@@ -229,6 +229,8 @@ def readme_table() -> str:
         if point.config.steps < 320:
             continue
         table = point_table(name)
+        if table.empty:  # runs still landing: no arm has its seeds yet
+            continue
         table = table[table["against"] == "maxrl"]
         for k, level in maxrl_level(name, sorted({1, point.k})).items():
             row = {"point": name, "K": k, "MaxRL": f"{100 * level:.1f}"}

@@ -90,7 +90,7 @@ def chosen(name: str) -> pd.DataFrame:
         rows.append({"method": method, "multiplier": float(best["multiplier"]),
                      "select_pass1": float(best["mean"]), "cells": len(part),
                      "at_edge": best["multiplier"] in (grid[0], grid[-1])})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["method", "multiplier", "select_pass1", "cells", "at_edge"])
 
 
 def compare_cells(name: str, treatment: tuple[str, float], control: tuple[str, float],
