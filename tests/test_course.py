@@ -735,3 +735,20 @@ def test_a_lookup_table_of_the_checks_cases_is_not_told_it_is_right(name, monkey
     monkeypatch.setattr(feedback, "_FRESH", np.random.default_rng(3))
     assert course.CHECKS[name](solution).passed  # and the real function passes any draw
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
+def test_each_exercise_notebook_asks_one_problem_beyond_a_transcription(path):
+    # A problem to derive, find or predict (not a formula the text states), graded by hand: its
+    # worked answer ends with a rubric whose points add up to the cell's, hidden from students.
+    cells = nbformat.read(path, as_version=4).cells
+    thinking = [(task, answer) for task, answer in zip(cells, cells[1:], strict=False)
+                if task.source.startswith("## 3. ") and "nbgrader" in answer.metadata]
+    assert len(thinking) == 1, path.name
+    task, answer = thinking[0]
+    assert re.search(r"\((a limit|find a failure|predict)", task.source), task.source[:120]
+    (body,) = release.solution_bodies_of(answer.source)
+    rubric = body.split("**Rubric (")[1]
+    points = answer.metadata["nbgrader"]["points"]
+    assert rubric.startswith(f"{points} points).**") and rubric.count("(1 point)") == points
+    assert release.student_cell(answer).source.endswith("YOUR ANSWER HERE")
