@@ -44,7 +44,8 @@ def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
                          "predicted_high": np.nan if predicted is None else predicted["high"],
                          "measured": m["gain"], "low": m["low"], "high": m["high"],
                          "seeds": int(m["seeds"]), "per_seed": m["per_seed"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["arm", "k", "predicted", "predicted_low", "predicted_high",
+                                       "measured", "low", "high", "seeds", "per_seed"])
 
 
 def compare_points(names, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
