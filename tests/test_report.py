@@ -102,7 +102,7 @@ def test_the_readmes_reading_of_the_table_holds_on_the_stored_runs():
     # points that ran it at the preset step; at half the step and with the evidence-scaled step
     # a large-K gain with an interval above zero on both tasks, level at Pass@1 on mazes (the
     # interval holds zero); on math 2-3 points behind at 320 steps (interval below zero) and
-    # level at 640 (interval holding zero).
+    # unresolved at 640 (an interval holding zero, at least 20 points wide).
     for name in ("math-n0-4-320", "maze-n0-8-long-sera"):
         table = report.point_table(name).set_index(["arm", "against", "k"])
         assert table.loc[("sera", "maxrl", 1), "high"] < 0, name
@@ -112,6 +112,8 @@ def test_the_readmes_reading_of_the_table_holds_on_the_stored_runs():
         for arm in ("sera lr-half", "sera-evidence-step"):
             assert table.loc[(arm, "maxrl", large), "low"] > 0, (name, arm)
             pass1 = table.loc[(arm, "maxrl", 1)]
+            if name == "math-n0-4-640-avx2":
+                assert 100 * (pass1["high"] - pass1["low"]) >= 20, (name, arm)
             if name != "math-n0-4-320-avx2":
                 assert pass1["low"] < 0 < pass1["high"], (name, arm)
             else:

@@ -222,16 +222,18 @@ def page_table(name: str, table: pd.DataFrame | None = None) -> str:
 
 
 def readme_table() -> str:
-    """Per long point (320 steps or more) and K: MaxRL's level and each README arm's gain."""
+    """Per long point (320 steps or more) and K: MaxRL's level and each README arm's gain, for
+    the arms with MIN_SEEDS seeds or more (a point whose runs are still landing waits)."""
     rows = []
     for name in stored_points():
         point = confirm.point(name)
         if point.config.steps < 320:
             continue
         table = point_table(name)
-        if table.empty:  # runs still landing: no arm has its seeds yet
+        if not table.empty:  # the README quotes an arm once it has its seeds
+            table = table[(table["against"] == "maxrl") & (table["seeds"] >= MIN_SEEDS)]
+        if table.empty:  # runs still landing
             continue
-        table = table[table["against"] == "maxrl"]
         for k, level in maxrl_level(name, sorted({1, point.k})).items():
             row = {"point": name, "K": k, "MaxRL": f"{100 * level:.1f}"}
             for arm in README_ARMS:
