@@ -10,6 +10,7 @@ data/study/. A field is `{kind|point|arm|k}` (k where the kind has one):
     bracket     gain and interval, "-6.6 [-9.8, -3.3]"
     predicted   the simulator's prediction written before the runs, signed
     predicted_size  the same without its sign
+    predicted_bracket  the prediction with its interval over the simulator's repetitions
     seeds_needed    the seeds the power calculation asked for, from the same prediction
     seeds       the seeds of the comparison                                {seeds|point|arm}
     below       the arm's seeds whose held-out Pass@1 ended below its start    {below|point|arm}
@@ -71,9 +72,12 @@ def _signed(value: float) -> str:
 
 def value(kind: str, point: str, arm: str, k: int | None = None) -> str:
     """One field's text (KeyError naming the field when the runs do not hold it)."""
-    if kind in ("predicted", "predicted_size", "seeds_needed"):  # written before any run
-        row = _predicted(point).loc[(arm, k or 1)]
+    if kind in ("predicted", "predicted_size", "predicted_bracket", "seeds_needed"):
+        row = _predicted(point).loc[(arm, k or 1)]  # written before any run
         return {"predicted": lambda: _signed(float(row["gain"])),
+                "predicted_bracket": lambda: f"{_signed(float(row['gain']))} "
+                                             f"[{_signed(float(row['low']))}, "
+                                             f"{_signed(float(row['high']))}]",
                 "predicted_size": lambda: f"{abs(100 * float(row['gain'])):.1f}",
                 "seeds_needed": lambda: f"{int(row['seeds_needed'])}"}[kind]()
     if kind in ("gain", "size", "interval", "bracket", "seeds"):
