@@ -258,6 +258,8 @@ gpu-check-cpu-vision: $(VISION_STAMP)
 	OMP_NUM_THREADS=2 $(VISION)/bin/python benchmarks/gpu_check.py --cpu --parts resnet \
 		--out build/gpu-check-cpu/vision
 
-# docs/results.md and the README's results table, rewritten from the stored runs in data/study/.
+# docs/results.md, the README's results table and the numbers the notebooks quote (sera.teaching.quotes),
+# rewritten from the stored runs in data/study/.
 results: $(STAMP)
 	$(BIN)/python -m sera.studies.report
+	$(BIN)/python -m sera.teaching.quotes
