@@ -7,9 +7,9 @@ a wide-range mix of confident and hopeless prompts) and two n_max values, as rat
 numpy.argsort of the same p and to numpy.sort (printed only: with AVX-512 a float sort is about
 three times faster than argsort, so sort ratios move with the machine). Limits: paper rounding
 2x argsort + 0.15 ms, exact 5x argsort + 0.3 ms. The per-call allowance is the allocator's fixed
-cost (input checks, the result record, a few dozen numpy calls: about 75 us paper and 145 us exact
-at 100 prompts, where argsort takes 2 us) with room for noise; it is under a tenth of the limit
-from 10^5 prompts up, and a cost per prompt in Python (1 ms at 10^3 prompts) still exceeds it.
+cost (input checks, the result record, a few dozen numpy calls, which the 100-prompt row prints)
+with room for noise; it is small beside the limit at 10^5 prompts and up, and a cost per prompt in
+Python would still exceed it.
 Part 2: the observability safeguard (u_min = 0.5) against the same call without it, for
 the largest size and a tenth of it (limit 25x at 10^5). Part 3: the allocators SERA is compared
 with, at a tenth of the largest size, beside SERA's (aim: well under a second). Part 4: the

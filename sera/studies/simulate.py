@@ -19,9 +19,10 @@ moves the others, and held-out prompts improve only through that sharing), respo
 logits (no Adam, no clipping), and the learning rate's scale is the simulator's own. It predicts the
 sign and rough size of SERA - MaxRL from the difficulty profile, N0, n_min and the number of epochs;
 the real tasks confirm or refute it (notebooks/08_when_sera_helps.ipynb). The shared parameters it
-leaves out are what its Pass@1 predictions miss: on 16-epoch maze runs it predicted SERA 0.9 points
-ahead at Pass@1, while the real runs put SERA behind on held-out and on training mazes alike, the
-mazes whose budget SERA left unchanged included (`sera.studies.diagnosis`).
+leaves out are what its Pass@1 predictions miss: on the long maze runs it predicted SERA ahead
+at Pass@1 where the real runs put it behind, on held-out and training mazes alike, the mazes whose
+budget SERA left unchanged included (`sera.studies.diagnosis`; the numbers are in
+docs/results.md and notebook 08).
 
 Difficulty profiles (each prompt's success probability before RL) are measured from the
 studies' starting models by `sera.trainers.profiles` and stored in data/difficulty_profiles.csv.

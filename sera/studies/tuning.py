@@ -8,8 +8,8 @@ a tuning split out of training: digits hold out a fifth of the training images
 (ClassificationConfig.tune_fraction), mazes draw 64 extra mazes that neither the warm-up nor RL
 sees (MazeConfig.n_tune). Each run's final Pass@1 on the tuning split (metric `tune_pass`)
 chooses the method's learning rate; the held-out prompts, never used for that choice, give the
-final table. The digits sweep takes about an hour on one core and the maze sweep about 70
-minutes, so their tables are stored in data/study/<sweep>/ with their provenance:
+final table. Each sweep takes about an hour or more on one core (each stored run's provenance
+records its wall time), so their tables are stored in data/study/<sweep>/ with their provenance:
 
     python -m sera.tuning run digits-lr     # trains (or resumes) every run, stores as they land
     python -m sera.tuning run maze-lr
@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sera import runstore
+from sera._checks import registry
 from sera.tables import Results
 from sera.trainers import classification, grid, maze
 
@@ -72,7 +73,7 @@ class Sweep:
         return out
 
 
-SWEEPS = {sweep.name: sweep for sweep in (
+SWEEPS = registry(((sweep.name, sweep) for sweep in (
     # Both sweeps ran the package's rate-rule SERA (sera-rate), stored before the paper's `sera`
     # was separated from it. Three rates spanning 10x chose the top one for 9 of the 16 methods,
     # so the grid went one factor of sqrt(10) further up; there DAPO chose the bottom one, so it
@@ -87,7 +88,7 @@ SWEEPS = {sweep.name: sweep for sweep in (
     # seeds SERA and Knapsack RL sat at the bottom rate, so the grid goes one step further down
     Sweep("maze-lr", "maze", dataclasses.replace(maze.PRESETS["fast"], steps=60, n_tune=64),
           ("maxrl", "sera-rate", "knapsack", "dapo"), factors=(0.1,) + FACTORS),
-)}
+)), "sweep")
 
 
 def sweep(name: str) -> Sweep:
