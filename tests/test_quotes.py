@@ -58,3 +58,14 @@ def test_each_field_kind_reads_its_table():
     with pytest.raises(KeyError, match="the stored runs hold no"):
         quotes.fill("{gain|maze-n0-8-long|no-such-arm|32}")
     assert quotes.loose_decimals("{gain|a|b|1} and 0.5, not 12 or x1.5") == ["0.5"]
+
+
+def test_no_release_carries_a_template(tmp_path):
+    # an answer key's template holds the answers: the student copy and the site drop it
+    from sera.teaching import release
+
+    for path, cell in QUOTED:
+        given = release.student_cell(cell)
+        assert "sera" not in given.metadata, path.name
+        if "### BEGIN SOLUTION" in cell.source:
+            assert "BEGIN SOLUTION" not in str(given), path.name

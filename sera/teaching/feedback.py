@@ -78,7 +78,7 @@ def _report(name: str, fn, run, fresh=None) -> Feedback:
     watched = _Watched(fn)
     try:
         hint = run(watched)
-        if hint is None and fresh is not None and not fresh(watched, _FRESH):
+        if not isinstance(hint, Hint) and fresh is not None and not fresh(watched, _FRESH):
             hint = Hint("Right on the check's own cases but off on new random ones: does your "
                         "function compute its answer for any input?", named=False)
     except NotImplementedError:

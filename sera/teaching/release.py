@@ -36,8 +36,10 @@ def student_notebook(nb):
 
 
 def student_cell(cell):
-    """A cell as the student gets it (a copy): solutions and hidden tests removed."""
+    """A cell as the student gets it (a copy): solutions, hidden tests and a quoted cell's
+    template (which may hold an answer key) removed."""
     cell = nbformat.from_dict(dict(cell))
+    cell.metadata = {k: v for k, v in cell.metadata.items() if k != "sera"}
     if cell.cell_type == "code":
         cell.source = _SOLUTION.sub(lambda m: f"{m.group(1)}raise NotImplementedError  # your "
                                               f"code here\n", cell.source)
@@ -108,6 +110,9 @@ def _copy_with_release_paths(path: Path, dest: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     inside = "../figures" if path.parent.name == "exercises" else "figures"
     for cell in nb.cells:
+        # a quoted cell's template (sera.teaching.quotes) is the repository's, and an answer
+        # key's template holds the answers: no release carries it
+        cell.metadata.pop("sera", None)
         if cell.cell_type == "code":
             cell.source = _FIGURES_DIR.sub(f'figures_dir = "{inside}"', cell.source)
     nbformat.write(nb, dest)

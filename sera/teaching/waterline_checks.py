@@ -86,7 +86,14 @@ def check_rounding(fn) -> Feedback:
         return (f"On the same 60 batches the paper's rule leaves the lowest kappa below the "
                 f"exact integer max-min in {below}.")
 
-    return _report("rounding", fn, run)
+    def fresh(fn, rng):
+        batches = [replace(b, got=np.round(np.asarray(
+            fn(b.p.copy(), b.continuous.copy(), b.level, b.budget, b.n_max), dtype=float)))
+            for b in _rounding_batches(rng, FRESH_CASES)]
+        return all(_rounding_shape(b.got, b.continuous, b.budget, b.n_max) is None
+                   and b.accepted() for b in batches)
+
+    return _report("rounding", fn, run, fresh)
 
 
 def _rounding_shape(got, continuous, budget, n_max) -> Hint | None:
@@ -146,10 +153,11 @@ class _Batch:
         return counts
 
 
-def _rounding_batches():
-    """The 60 checked batches (2 to 5 prompts, N_min = 2, N_max = 16), the same every time."""
-    rng = np.random.default_rng(0)
-    for _ in range(60):
+def _rounding_batches(rng=None, count: int = 60):
+    """The checked batches (2 to 5 prompts, N_min = 2, N_max = 16): the same 60 every time, or
+    `count` fresh ones from `rng`."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    for _ in range(count):
         p = rng.uniform(0.02, 0.95, int(rng.integers(2, 6)))
         budget = int(rng.integers(2 * p.size + 1, 8 * p.size))
         line = waterline(p, budget, 2, 16)
