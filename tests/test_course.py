@@ -33,6 +33,14 @@ def stub(*args):
     raise NotImplementedError
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cases_from_a_seed(monkeypatch):
+    """The checks' fresh random cases, drawn from a fixed seed here: same test, same cases."""
+    from sera.teaching import feedback
+
+    monkeypatch.setattr(feedback, "_FRESH", np.random.default_rng(0))
+
+
 def _hidden(name: str) -> str:
     """The hidden test region of the check cell for `name` in the exercise notebooks."""
     for path in EXERCISES:

@@ -173,3 +173,15 @@ def test_the_guides_unfenced_setting_is_one_nbgrader_reads():
     assert autograde.SandboxedExecute(config=c).sandbox == "none"
     steps = [p.__name__ for p in c.Autograde.autograde_preprocessors]
     assert "SandboxedExecute" in steps and "Execute" not in steps
+
+
+def test_a_python_under_tmp_stays_visible(tmp_path, monkeypatch):
+    # The sandbox's own /tmp is empty; an installation or checkout that lives under /tmp (a CI
+    # clone, a fresh virtual environment) must be bound over it, not hidden by it.
+    monkeypatch.setattr(sandbox.sys, "prefix", str(tmp_path))
+    args = sandbox.fence(tmp_path / "scratch")
+    tmpfs = args.index("/tmp") - 1
+    assert args[tmpfs] == "--tmpfs"
+    binds = [i for i, a in enumerate(args) if a == "--ro-bind"]
+    assert str(tmp_path.resolve()) in [args[i + 1] for i in binds]
+    assert all(tmpfs < i for i in binds)

@@ -81,8 +81,9 @@ def fence(scratch: Path, hide=()) -> list[str]:
         folder = Path(folder).resolve()
         if _inside(folder, roots):
             masks += ["--tmpfs", str(folder)]
+    # /tmp first: a Python installation or a checkout under /tmp is then bound over it, not hidden
     return ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-            *shown, *masks, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--tmpfs", "/tmp", *shown, *masks, "--proc", "/proc", "--dev", "/dev",
             "--bind", str(scratch), "/scratch", "--chdir", "/scratch",
             "--setenv", "HOME", "/scratch", "--setenv", "OMP_NUM_THREADS", "1",
             "--setenv", "PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin"]
