@@ -69,3 +69,16 @@ def test_no_release_carries_a_template(tmp_path):
         assert "sera" not in given.metadata, path.name
         if "### BEGIN SOLUTION" in cell.source:
             assert "BEGIN SOLUTION" not in str(given), path.name
+
+
+def test_stripping_a_notebook_keeps_its_templates(tmp_path):
+    # make figures strips every notebook it runs; a quoted cell's template must survive it
+    from sera.teaching.notebook_files import strip
+
+    path = next(p for p, _ in QUOTED)
+    copy = tmp_path / path.name
+    copy.write_text(path.read_text())
+    strip(copy)
+    kept = [c for c in nbformat.read(copy, as_version=4).cells
+            if quotes.TAG in c.metadata.get("tags", [])]
+    assert kept and all("template" in c.metadata.get("sera", {}) for c in kept)

@@ -45,7 +45,7 @@ def guide_for(text: str, reader: str) -> str:
 # needs it in both releases. A prose check's `jupyter.source_hidden` stays too: JupyterLab shows
 # it collapsed, out of the reader's way.
 KEPT_NOTEBOOK_METADATA = {"kernelspec", "language_info", "sera"}
-KEPT_CELL_METADATA = {"tags", "nbgrader", "jupyter"}
+KEPT_CELL_METADATA = {"tags", "nbgrader", "jupyter", "sera"}  # sera: a quoted cell's template
 
 
 def strip(path: Path) -> bool:
