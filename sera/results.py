@@ -212,9 +212,9 @@ def reproduction(stored: pd.DataFrame, new: pd.DataFrame, treatment: str = "sera
     """Whether new seeds of a comparison reproduce a stored one, per K.
 
     `stored` and `new` are final tables (method, seed, prompt, n, correct). A stored verdict is
-    the sign of its mean per-seed gain where its Student-t interval excludes 0 ("better",
-    "worse"), else "level". The new seeds reproduce it when their mean gain has the same sign
-    (for "level": whatever sign) and each new seed's gain falls inside the stored prediction
+    `verdict` of its mean per-seed gain and Student-t interval ("ahead", "behind",
+    "inconclusive"). The new seeds reproduce it when their mean gain has the same sign (for
+    "inconclusive": whatever sign) and each new seed's gain falls inside the stored prediction
     interval for one more seed, mean +- t(S-1) * sd * sqrt(1 + 1/S), the spread a seed of the
     stored experiment would show. Seeds run in both with identical results are counted too:
     on the machine kind the stored runs came from they are bitwise equal.
@@ -233,12 +233,12 @@ def reproduction(stored: pd.DataFrame, new: pd.DataFrame, treatment: str = "sera
         n, mean = old.size, float(old.mean())
         sd = float(old.std(ddof=1)) if n > 1 else np.nan
         half = float(t_half_width(sd, n, confidence))
-        verdict = "level" if not (abs(mean) > half) else ("better" if mean > 0 else "worse")
+        said = verdict(mean, mean - half, mean + half)
         spread = float(t_half_width(sd * np.sqrt(n + 1), n, confidence))  # sd*sqrt(1+1/n)*sqrt(n)
         inside = int(np.sum(np.abs(gains - mean) <= spread))
-        same = verdict == "level" or np.sign(gains.mean()) == np.sign(mean)
+        same = said in ("inconclusive", "no interval") or np.sign(gains.mean()) == np.sign(mean)
         rows.append({"k": int(k), "stored_gain": mean, "stored_low": mean - half,
-                     "stored_high": mean + half, "verdict": verdict,
+                     "stored_high": mean + half, "verdict": said,
                      "spread_low": mean - spread, "spread_high": mean + spread,
                      "new_gain": float(gains.mean()), "new_per_seed": tuple(gains.tolist()),
                      "inside": inside, "same_sign": bool(same),
@@ -357,21 +357,38 @@ def _agreement(estimate, exact) -> tuple[float, float]:
     return mae, float(np.corrcoef(estimate, exact)[0, 1])
 
 
-def verdict(gain: float, low: float, high: float, predicted: float = math.nan) -> str:
-    """What an interval over seeds says, and what it says of a numeric prediction.
+MIN_SEEDS = 6
+"""The fewest seeds a confirmation point runs, and the fewest paired seeds a verdict is given on."""
 
-    ahead / behind: the interval excludes zero. An interval that holds zero either refutes the
-    prediction (it lies outside the interval: "level, not as predicted") or can neither confirm
-    nor refute it ("inconclusive"); without a numeric prediction it is "interval holds zero".
+SIDES = ("ahead", "behind", "inconclusive")
+"""What an interval over seeds says of a gain: above zero, below zero, or holding zero."""
+
+
+def verdict(gain: float, low: float, high: float, predicted: float = math.nan,
+            seeds: int | None = None) -> str:
+    """The one verdict every table, page and notebook gives a gain with its interval over seeds.
+
+    The side (SIDES): "ahead" or "behind" where the interval excludes zero, "inconclusive" where
+    it holds zero (which is not evidence of no effect). With a numeric prediction, ", as
+    predicted" or ", not as predicted" says whether the prediction lies inside the interval; an
+    inconclusive interval that holds the prediction neither confirms nor refutes it and says
+    only "inconclusive". With `seeds` below MIN_SEEDS: "<seeds> seeds: no verdict"; without a
+    finite interval: "no interval".
     """
+    if seeds is not None and seeds < MIN_SEEDS:
+        return f"{seeds} seed{'s' if seeds != 1 else ''}: no verdict"
     if not (math.isfinite(low) and math.isfinite(high)):
         return "no interval"
-    inside = math.isfinite(predicted) and low <= predicted <= high
-    if low > 0 or high < 0:
-        side = "ahead" if low > 0 else "behind"
-        if not math.isfinite(predicted):
-            return side
-        return f"{side}, {'as predicted' if inside else 'not as predicted'}"
+    side = "ahead" if low > 0 else "behind" if high < 0 else "inconclusive"
     if not math.isfinite(predicted):
-        return "interval holds zero"
-    return "inconclusive" if inside else "level, not as predicted"
+        return side
+    inside = low <= predicted <= high
+    if side == "inconclusive" and inside:
+        return side
+    return f"{side}, {'as predicted' if inside else 'not as predicted'}"
+
+
+def side(verdict_: str) -> str:
+    """The side (one of SIDES) a verdict states, or "" for one that states none."""
+    first = verdict_.split(",")[0]
+    return first if first in SIDES else ""

@@ -12,7 +12,7 @@ import pytest
 
 from sera import runstore
 from sera.models import load_decoder
-from sera.studies import confirm
+from sera.studies import confirm, report, screen
 from sera.trainers import checkpoint, grid, maze
 
 
@@ -336,7 +336,7 @@ def test_every_stored_sera_run_is_labelled_by_the_variant_it_ran():
             ran = AllocatorConfig(**{k: v for k, v in config["allocator"].items()
                                      if k != "history_prior"}).for_method(method)
             assert ran.history_rule == method.history_rule, record["run"]
-            assert (ran.u_min or None) == method.u_min, record["run"]
+            assert (ran.u_min or 0.0) == method.selection, record["run"]
             # a run folder is "<method>_..." or, for a mechanism arm, "<tag>_<method>_..."
             tags = {a.tag for point in confirm.POINTS.values() for a in point.arms if a.tag}
             name = record["run"].split("/")[-1]
@@ -457,7 +457,7 @@ def _resolved(allocator: dict, method) -> dict:
     """An allocator record with the method's own u_min and history rule filled in; the rule is
     dropped for a method that plans without estimates (it trains the same under either)."""
     resolved = {**allocator, "u_min": allocator.get("u_min") if allocator.get("u_min")
-                is not None else (method.u_min or 0.0),
+                is not None else method.selection,
                 "history_rule": allocator.get("history_rule") or method.history_rule}
     if method.estimates == "none":
         resolved.pop("history_rule")
@@ -468,3 +468,30 @@ def test_compare_leaves_out_a_k_above_the_answers_drawn():
     """math-n0-4-80-avx2 drew 32 answers per held-out prompt: Pass@128 has no estimate there."""
     table = confirm.compare("math-n0-4-80-avx2")
     assert sorted(set(table["k"])) == [1, 8, 32]
+
+
+def test_a_point_compares_its_arms_with_the_control_it_registers(monkeypatch, tmp_path):
+    """`control` in point.toml names the comparator of the tables, the page and the screen;
+    MaxRL is only the default, and a control that is not an arm is refused."""
+    name = "maze-n0-8-long-lr"
+    stored = confirm.point(name)
+    assert stored.control == "maxrl"
+    over_maxrl = confirm.compare(name, ks=(1, 32)).set_index(["arm", "k"])
+    monkeypatch.setitem(confirm.POINTS, name, dataclasses.replace(stored, control="sera"))
+    over_sera = confirm.compare(name, ks=(1, 32)).set_index(["arm", "k"])
+    assert "sera" not in over_sera.index.get_level_values("arm")
+    for k in (1, 32):  # the same paired seeds, the other way round
+        assert over_sera.loc[("maxrl", k), "measured"] == \
+            pytest.approx(-over_maxrl.loc[("sera", k), "measured"], abs=1e-12)
+    table = report.point_table(name)
+    names = {a.name for a in stored.arms}
+    assert set(table["against"]) == {"sera", *(f"sera {a.tag}" for a in stored.arms
+                                               if f"sera {a.tag}" in names - {"sera "})}
+    assert set(screen.gaps(name)["arm"]) == {a.name for a in stored.arms} - {"sera"}
+    toml = (confirm.STUDY_DIR / name / "point.toml").read_text()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "point.toml").write_text(f'control = "sera lr-0.5"\n{toml}')
+    assert confirm.registered(tmp_path)["other"].control == "sera lr-0.5"
+    (tmp_path / "other" / "point.toml").write_text(f'control = "grpo"\n{toml}')
+    with pytest.raises(ValueError, match="its control 'grpo' is not one of its arms"):
+        confirm.registered(tmp_path)

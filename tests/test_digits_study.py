@@ -64,10 +64,10 @@ def test_gains_recompute_from_the_final_tables_by_another_route():
             assert (row["low"], row["high"]) == pytest.approx((100 * low, 100 * high), abs=1e-9)
             assert row["predicted"] == pytest.approx(100 * prediction.loc[(arm, k), "gain"])
             guess = prediction.loc[(arm, k), "gain"]
-            side = "ahead" if low > 0 else "behind" if high < 0 else None
+            side = "ahead" if low > 0 else "behind" if high < 0 else "inconclusive"
             inside = low <= guess <= high
-            expected = (f"{side}, {'as' if inside else 'not as'} predicted" if side
-                        else "inconclusive" if inside else "level, not as predicted")
+            expected = ("inconclusive" if side == "inconclusive" and inside
+                        else f"{side}, {'as' if inside else 'not as'} predicted")
             assert row["verdict"] == expected
 
 

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from sera import runstore
-from sera.studies import report, screen
+from sera.studies import confirm, report, screen
 
 NAN = math.nan
 
@@ -23,14 +23,55 @@ NAN = math.nan
     # An interval holding zero and the prediction: the runs neither confirm nor refute it
     # (the stored row "-15.0 [-33.0, +3.0]" against a predicted +2.5).
     (-0.15, -0.33, 0.03, 0.025, "inconclusive"),
-    (-0.136, -0.273, 0.0001, 0.019, "level, not as predicted"),
-    (0.0, -0.02, 0.02, 0.10, "level, not as predicted"),
-    (0.0, -0.02, 0.02, NAN, "interval holds zero"),
+    (-0.136, -0.273, 0.0001, 0.019, "inconclusive, not as predicted"),
+    (0.0, -0.02, 0.02, 0.10, "inconclusive, not as predicted"),
+    (0.0, -0.02, 0.02, NAN, "inconclusive"),
     (0.05, 0.01, 0.09, NAN, "ahead"),
+    (-0.05, -0.09, -0.01, NAN, "behind"),
     (0.05, NAN, NAN, 0.04, "no interval"),
 ])
 def test_verdict_of_an_interval_and_a_prediction(gain, low, high, predicted, expected):
     assert report.verdict(gain, low, high, predicted) == expected
+    assert report.verdict(gain, low, high, predicted, seeds=report.MIN_SEEDS) == expected
+
+
+def test_no_verdict_below_the_least_seeds():
+    assert report.verdict(0.05, 0.01, 0.09, seeds=1) == "1 seed: no verdict"
+    assert report.verdict(0.05, 0.01, 0.09, 0.04, seeds=report.MIN_SEEDS - 1) == \
+        f"{report.MIN_SEEDS - 1} seeds: no verdict"
+
+
+def _vocabulary(said: str) -> bool:
+    """Whether a verdict is one sera.results.verdict can give."""
+    side, _, prediction = said.partition(", ")
+    if said.endswith(": no verdict"):
+        return said.split(" ")[0].isdigit()
+    return said == "no interval" or (
+        side in ("ahead", "behind", "inconclusive")
+        and prediction in ("", "as predicted", "not as predicted")
+        and said != "inconclusive, as predicted")
+
+
+def test_every_verdict_the_package_prints_speaks_one_vocabulary():
+    """The results page, the confirmation layer's verdicts and the page's digits section all
+    state their verdicts in sera.results.verdict's words, and agree cell for cell."""
+    said, column = set(), None
+    for line in report.page().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not line.startswith("|"):
+            column = None
+        elif "verdict" in cells:
+            column = cells.index("verdict")
+        elif column is not None and not set(cells[column]) <= set("-: "):
+            said.add(cells[column])
+    assert said and all(_vocabulary(s) for s in said), sorted(s for s in said if not _vocabulary(s))
+    stated = confirm.verdicts()
+    assert all(_vocabulary(s) for s in stated["verdict"])
+    for row in stated.itertuples():
+        cell = report.point_table(row.point)
+        cell = cell[(cell["arm"] == row.arm) & (cell["against"] == row.against)
+                    & (cell["k"] == row.k)].iloc[0]
+        assert cell["verdict"] == row.verdict
 
 
 def _independent_gain(name, arm, control, k):

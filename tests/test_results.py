@@ -141,7 +141,7 @@ def test_reproduction_against_a_hand_worked_stored_comparison():
     stored = _paired([0.25, 0.5, 0.25, 0.5])  # mean 0.375, sd 0.1443 over 4 seeds
     sd, t = np.std([0.25, 0.5, 0.25, 0.5], ddof=1), stats.t.ppf(0.975, 3)
     row = results.reproduction(stored, _paired([0.0, 0.25]), ks=[1]).iloc[0]
-    assert row["verdict"] == "better"  # interval 0.375 +- 0.230 excludes 0
+    assert row["verdict"] == "ahead"  # interval 0.375 +- 0.230 excludes 0
     assert row["stored_low"] == pytest.approx(0.375 - t * sd / 2)
     assert row["spread_high"] == pytest.approx(0.375 + t * sd * np.sqrt(1 + 1 / 4))
     assert row["new_gain"] == pytest.approx(0.125) and row["inside"] == 2
@@ -154,7 +154,7 @@ def test_reproduction_against_a_hand_worked_stored_comparison():
     assert not flipped["same_sign"] and not flipped["reproduces"]
     # a stored interval that covers 0 is no verdict to contradict
     level = results.reproduction(_paired([0.25, -0.25, 0.5, -0.25]), _paired([-0.25]), ks=[1])
-    assert level.iloc[0]["verdict"] == "level" and level.iloc[0]["same_sign"]
+    assert level.iloc[0]["verdict"] == "inconclusive" and level.iloc[0]["same_sign"]
     # seeds rerun with identical rows are counted
     again = results.reproduction(stored, _paired([0.25, 0.5], seeds=[0, 1]), ks=[1]).iloc[0]
     assert again["identical"] == 2
@@ -171,7 +171,7 @@ def test_arm_labels_match_a_row_by_row_reading_of_the_rule():
                           "u_min": pd.array(rng.choice(thresholds, 3000), dtype=object)})
 
     def by_hand(method, u_min):
-        own = METHODS[method].u_min if method in METHODS else None
+        own = (METHODS[method].selection or None) if method in METHODS else None
         if (u_min is None and own is None) or (u_min is not None and u_min == own):
             return method
         return f"{method} (u_min {u_min or 0:g})"

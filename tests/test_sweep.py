@@ -10,8 +10,8 @@ import pytest
 from scipy import stats
 
 from sera.plotting.sweep import plot_frontier
+from sera.results import MIN_SEEDS
 from sera.studies import sweep
-from sera.studies.confirm.points import MIN_SEEDS
 from sera.studies.confirm.storage import stored_table
 
 POINT = "maze-n0-8-long-lr"

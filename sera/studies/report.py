@@ -1,4 +1,5 @@
-"""The results page: every arm of every stored confirmation point against MaxRL, from the tables.
+"""The results page: every arm of every stored confirmation point against its control (MaxRL
+unless the point registers another), from the tables.
 
 `python -m sera.studies.report` rewrites docs/results.md and the README's results table from the
 stored runs under data/study/; `--check` only says whether both are up to date (the tests run it).
@@ -21,9 +22,16 @@ import pandas as pd
 
 from sera import runstore
 from sera.methods import METHODS
-from sera.results import bh_kept, paired_gain, paired_p, per_prompt_pass, verdict, welch
+from sera.results import (
+    MIN_SEEDS,
+    bh_kept,
+    paired_gain,
+    paired_p,
+    per_prompt_pass,
+    verdict,
+    welch,
+)
 from sera.studies import confirm, diagnosis, digits, discount, screen, sweep
-from sera.studies.confirm.points import MIN_SEEDS
 from sera.studies.confirm.storage import stored_table
 
 README_ARMS = ("sera", "sera lr-half", "sera-evidence-step", "sera-rate")
@@ -84,10 +92,11 @@ def _prediction(name: str) -> pd.DataFrame:
     return confirm.read_prediction(name)
 
 
-def _controls(arms: list[str], arm: str, tag: str) -> list[str]:
-    """MaxRL, and MaxRL with the same changes where the point has it (e.g. "maxrl lr-half")."""
-    same = f"maxrl {tag}" if tag else None
-    return ["maxrl", *([same] if same in arms and same != arm else [])]
+def _controls(control: str, arms: list[str], arm: str, tag: str) -> list[str]:
+    """The point's control, and the control with the same changes where the point has it
+    (e.g. "maxrl lr-half")."""
+    same = f"{control} {tag}" if tag else None
+    return [control, *([same] if same in arms and same != arm else [])]
 
 
 @functools.cache
@@ -109,14 +118,14 @@ def point_table(name: str) -> pd.DataFrame:
     ks = page_ks(point)
     rows = []
     for arm in arms:
-        if arm == "maxrl":
+        if arm == point.control:
             continue
-        for control in _controls(arms, arm, tags.get(arm, "")):
+        for control in _controls(point.control, arms, arm, tags.get(arm, "")):
             gains = paired_gain(final, arm, control, by=(), ks=ks)
             for g in gains.itertuples():
                 match = prediction[(prediction["arm"] == arm) & (prediction["k"] == g.k)]
-                predicted = float(match["gain"].iloc[0]) if control == "maxrl" and len(match) \
-                    else math.nan
+                predicted = float(match["gain"].iloc[0]) \
+                    if control == point.control and len(match) else math.nan
                 enough = g.seeds >= MIN_SEEDS
                 unpaired = welch(_per_seed_pass(final, arm, g.k),
                                  _per_seed_pass(final, control, g.k))[1:]
@@ -124,8 +133,7 @@ def point_table(name: str) -> pd.DataFrame:
                     "point": name, "arm": arm, "against": control, "k": int(g.k),
                     "seeds": int(g.seeds), "gain": g.gain, "low": g.low, "high": g.high,
                     "per_seed": g.per_seed, "predicted": predicted,
-                    "verdict": verdict(g.gain, g.low, g.high, predicted) if enough
-                    else f"{g.seeds} seed{'s' if g.seeds != 1 else ''}: no verdict",
+                    "verdict": verdict(g.gain, g.low, g.high, predicted, seeds=int(g.seeds)),
                     "machine": kinds.get(arm, "unknown"),
                     "against_machine": kinds.get(control, "unknown"),
                     "stack": libraries.get(arm, "unknown"),
@@ -161,12 +169,12 @@ def page_ks(point) -> tuple[int, ...]:
     return tuple(sorted({1, point.k} | large))
 
 
-def maxrl_level(name: str, ks=None) -> dict[int, float]:
-    """MaxRL's held-out Pass@K at the final step, mean over seeds and prompts (default: the
-    page's K)."""
+def control_level(name: str, ks=None) -> dict[int, float]:
+    """The point's control's (MaxRL's unless registered otherwise) held-out Pass@K at the final
+    step, mean over seeds and prompts (default: the page's K)."""
     point = confirm.point(name)
     final = _final(name)
-    mine = final[final["arm"] == "maxrl"]
+    mine = final[final["arm"] == point.control]
     return {k: float(per_prompt_pass(mine, k).mean()) for k in ks or page_ks(point)}
 
 
@@ -231,10 +239,12 @@ def readme_table() -> str:
             continue
         table = point_table(name)
         if not table.empty:  # the README quotes an arm once it has its seeds
-            table = table[(table["against"] == "maxrl") & (table["seeds"] >= MIN_SEEDS)]
+            table = table[(table["against"] == point.control) & (table["seeds"] >= MIN_SEEDS)]
         if table.empty:  # runs still landing
             continue
-        for k, level in maxrl_level(name, sorted({1, point.k})).items():
+        if point.control != "maxrl":  # the README's table is a table of gains over MaxRL
+            continue
+        for k, level in control_level(name, sorted({1, point.k})).items():
             row = {"point": name, "K": k, "MaxRL": f"{100 * level:.1f}"}
             for arm in README_ARMS:
                 match = table[(table["arm"] == arm) & (table["k"] == k)]
@@ -255,7 +265,8 @@ Generated from the stored runs in `data/study/` by `python -m sera.studies.repor
 (`make results`); `tests/test_report.py` checks that this page matches them. Do not edit by hand.
 
 This page answers:
-- How far is each arm of each point ahead of or behind MaxRL, at Pass@1 and at large K?
+- How far is each arm of each point ahead of or behind its control (MaxRL at every point so
+  far), at Pass@1 and at large K?
 - Did the interval confirm the prediction written before the runs, refute it, or neither?
 - Which instruction set and library versions did each arm and its comparator train on, and does
   a comparison also change the step?
@@ -264,11 +275,14 @@ This page answers:
 - Which remedy candidates pass the screen of training reward early in a run?
 
 Gains are in points of Pass@K on the held-out prompts: the mean of per-seed paired differences,
-with the 95% Student-t interval over seeds. `against` is the arm subtracted: MaxRL at the point's
-settings, and for an arm that changes a setting also MaxRL with the same change. Verdicts:
-*ahead* or *behind* where the interval excludes zero; where it holds zero, *inconclusive* when
-the prediction lies inside it too (the runs neither confirm nor refute it) and *level, not as
-predicted* when the prediction lies outside it. Predictions are the simulator's, stored in each
+with the 95% Student-t interval over seeds. `against` is the arm subtracted: the point's control
+(`control` in its `point.toml`, MaxRL unless it says otherwise) at the point's settings, and for
+an arm that changes a setting also the control with the same change. Verdicts
+(`sera.results.verdict`, the one vocabulary of the package's tables and notebooks): *ahead* or
+*behind* where the interval excludes zero, *inconclusive* where it holds zero (which is not
+evidence of no effect); with a prediction, *as predicted* or *not as predicted* says whether the
+prediction lies inside the interval, and an inconclusive interval that holds the prediction
+neither confirms nor refutes it. Predictions are the simulator's, stored in each
 point's `prediction.csv`; arms that change the training (tagged arms) have a written expectation
 in their point's registration instead. An arm with fewer than 6 seeds shows its per-seed
 differences and no verdict. The *instruction set* is torch's CPU capability when each run
@@ -295,9 +309,10 @@ def page() -> str:
     tables = with_bh({name: point_table(name) for name in stored_points()})
     for name, table in tables.items():
         point = confirm.point(name)
-        level = ", ".join(f"Pass@{k} {100 * v:.1f}" for k, v in maxrl_level(name).items())
+        level = ", ".join(f"Pass@{k} {100 * v:.1f}" for k, v in control_level(name).items())
+        control = "MaxRL" if point.control == "maxrl" else f"`{point.control}`"
         parts.append(f"## {name}\n\n{point.task}, N0 = {point.config.n0}, "
-                     f"{point.config.steps} steps; MaxRL's level: {level}.\n\n"
+                     f"{point.config.steps} steps; {control}'s level: {level}.\n\n"
                      f"{page_table(name, table)}\n")
     parts.append(second_half_section())
     parts.append(sweep_section())
@@ -356,14 +371,15 @@ def sweep_section() -> str:
 
 def screen_section() -> str:
     """The screen (sera.studies.screen) of every arm of every stored point, beside the arm's
-    final Pass@1 gain over MaxRL at that point."""
+    final Pass@1 gain over the point's control."""
     rows = []
     for name in stored_points():
         table = screen.gaps(name)
         if table.empty:
             continue
         final = point_table(name)
-        final = final[(final["against"] == "maxrl") & (final["k"] == 1)].set_index("arm")
+        control = confirm.point(name).control
+        final = final[(final["against"] == control) & (final["k"] == 1)].set_index("arm")
         first, last = screen.steps_of(name)
         for row in table.itertuples():
             rows.append({

@@ -3,8 +3,9 @@
 A collapse of the paper's SERA on the long math runs shows long before its held-out Pass@1 does:
 over epochs 2-5 (the first epoch plans uniform counts; from the second the history plans) the
 arms that later fell behind MaxRL already earned less training reward. `gaps` measures it from a
-point's stored metrics, per arm against MaxRL at the same seed, so that a remedy candidate can be
-screened with short runs (math-n0-4-80-avx2) before it is confirmed with long ones.
+point's stored metrics, per arm against the point's control (MaxRL) at the same seed, so that a
+remedy candidate can be screened with short runs (math-n0-4-80-avx2) before it is confirmed with
+long ones.
 
 The statistic is the mean over the steps of epochs 2-5 of each step's training reward (the mean
 success rate over the step's prompts, sera.trainers.loop), the arm's minus MaxRL's at the same
@@ -49,12 +50,13 @@ def gaps(name: str) -> pd.DataFrame:
     if rewards.empty or int(rewards["step"].max()) < last:
         return pd.DataFrame(columns=columns)
     per_seed = 100 * rewards.groupby(["seed", "arm"])["value"].mean().unstack("arm")
-    if "maxrl" not in per_seed.columns:
+    control = confirm.point(name).control
+    if control not in per_seed.columns:
         return pd.DataFrame(columns=columns)
     rows = []
-    for arm in per_seed.columns.drop("maxrl"):
-        gap = paired(per_seed, arm, "maxrl", 0.95)
-        differences = (per_seed[arm] - per_seed["maxrl"]).dropna()
+    for arm in per_seed.columns.drop(control):
+        gap = paired(per_seed, arm, control, 0.95)
+        differences = (per_seed[arm] - per_seed[control]).dropna()
         rows.append({"point": name, "arm": arm, "seeds": gap["seeds"], "gap": gap["gain"],
                      "low": gap["low"], "high": gap["high"],
                      "per_seed": tuple(float(v) for v in differences),

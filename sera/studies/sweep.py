@@ -17,8 +17,8 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from sera.results import per_prompt_pass, t_half_width, welch
-from sera.studies.confirm.points import MIN_SEEDS, point
+from sera.results import MIN_SEEDS, per_prompt_pass, t_half_width, welch
+from sera.studies.confirm.points import point
 from sera.studies.confirm.storage import stored_table
 from sera.studies.diagnosis import drift, paired
 
@@ -119,8 +119,10 @@ def _cell(table: pd.DataFrame, cell: tuple[str, float]) -> pd.Series:
     return mine.set_index("seed")["value"]
 
 
-def tuned(name: str, treatment: str = "sera", control: str = "maxrl") -> pd.DataFrame:
-    """The treatment at its chosen step against the control at its own, on REPORT."""
+def tuned(name: str, treatment: str = "sera", control: str | None = None) -> pd.DataFrame:
+    """The treatment at its chosen step against the control (default: the point's) at its own,
+    on REPORT."""
+    control = control or point(name).control
     steps = chosen(name).set_index("method")["multiplier"]
     missing = [m for m in (treatment, control) if m not in steps]
     if missing:
@@ -143,10 +145,12 @@ def second_half(name: str, metric: str) -> pd.DataFrame:
                         multiplier=arms.map(steps)).drop(columns="arm")
 
 
-def account(name: str, control: str = "maxrl", step: float = 1.3) -> dict:
-    """The registered prediction (a): the control at `step` x the preset against itself at 1x
+def account(name: str, control: str | None = None, step: float = 1.3) -> dict:
+    """The registered prediction (a): the control (default: the point's) at `step` x the preset
+    against itself at 1x
     on all held-out prompts at Pass@1, with how many seeds ended below the warm-up and how its
     training reward and token entropy moved over the second half."""
+    control = control or point(name).control
     gap = compare_cells(name, (control, step), (control, 1.0), split="all", ks=(1,))
     if gap.empty:
         return {}

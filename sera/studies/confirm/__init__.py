@@ -22,6 +22,7 @@ notebooks 05, 07 and 08 read the stored tables with `load` and `compare`.
 """
 
 from sera import runstore
+from sera.results import MIN_SEEDS
 from sera.studies.confirm.cli import main, show
 from sera.studies.confirm.comparison import (
     compare,
@@ -33,7 +34,6 @@ from sera.studies.confirm.comparison import (
     verify,
 )
 from sera.studies.confirm.points import (
-    MIN_SEEDS,
     POINTS,
     Arm,
     Point,

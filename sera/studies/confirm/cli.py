@@ -66,12 +66,13 @@ def main(argv=None) -> int:
 
 def show(name: str) -> None:
     """Print the point's status, then predicted beside measured gains, or the prediction alone
-    while no seed has both MaxRL and a treatment stored."""
+    while no seed has both the control and a treatment stored."""
     print(status([name]).drop(columns="command").to_string(index=False))
     folder = runstore.STUDY_DIR / name
     table = compare(name) if (folder / runstore.stored_file("final")).exists() else pd.DataFrame()
     if table.empty:
-        print("no paired runs stored yet; the prediction (predicted gain over MaxRL):")
+        print(f"no paired runs stored yet; the prediction (predicted gain over "
+              f"{points.point(name).control}):")
         if (folder / runstore.PREDICTION).exists():
             print(read_prediction(name).round(3).to_string(index=False))
         return

@@ -1,4 +1,5 @@
-"""Predicted beside measured: each point's gains over MaxRL, the verdicts, and reruns of them."""
+"""Predicted beside measured: each point's gains over its control, the verdicts, and reruns of
+them."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from sera import runstore
-from sera.results import paired_gain, reproduction
+from sera.results import MIN_SEEDS, paired_gain, reproduction, verdict
 from sera.studies.confirm import points
-from sera.studies.confirm.points import MIN_SEEDS, Point, builder, read_prediction
+from sera.studies.confirm.points import Point, builder, read_prediction
 from sera.studies.confirm.storage import load, stored, stored_table
 from sera.tables import with_arm
 from sera.trainers import grid
@@ -23,9 +24,11 @@ def default_verify_dir() -> Path:
 
 
 def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
-    """Predicted beside measured gain over MaxRL per arm and K: the prediction written before
-    the runs, and the stored runs' paired gain with its Student-t interval over seeds. A K
-    above the answers the point drew per held-out prompt is left out."""
+    """Predicted beside measured gain over the point's control (MaxRL unless its point.toml
+    names another) per arm and K: the prediction written before the runs, and the stored runs'
+    paired gain with its Student-t interval over seeds. A K above the answers the point drew
+    per held-out prompt is left out."""
+    control = points.point(name).control
     final = stored_table(name, "final", store_dir).assign(method=lambda t: t["arm"])
     ks = tuple(k for k in ks if k <= final["n"].min())
     if (Path(store_dir or runstore.STUDY_DIR) / name / runstore.PREDICTION).exists():
@@ -33,8 +36,8 @@ def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
     else:
         prediction = pd.DataFrame(columns=["arm", "k", "gain", "low", "high", "seeds_needed"])
     rows = []
-    for treatment in sorted(set(final["method"]) - {"maxrl"}):
-        measured = paired_gain(final, treatment, "maxrl", by=(), ks=ks)
+    for treatment in sorted(set(final["method"]) - {control}):
+        measured = paired_gain(final, treatment, control, by=(), ks=ks)
         for _, m in measured.iterrows():
             match = prediction[(prediction["arm"] == treatment) & (prediction["k"] == m["k"])]
             predicted = match.iloc[0] if len(match) else None
@@ -82,11 +85,10 @@ def status(names=None, store_dir=None) -> pd.DataFrame:
 def verdicts(names=None, arms=("sera", "sera-rate", "sera-rate-safeguard"), store_dir=None
              ) -> pd.DataFrame:
     """One row per stored point, arm and K (Pass@1 and the K the point was sized for): the
-    point's task, N0, steps and seeds, the predicted and measured gain over MaxRL in points with
-    the measured 95% interval over seeds, and the verdict: ahead or behind where the interval
-    excludes zero, level otherwise, and whether the prediction lies inside the interval. An arm
+    point's task, N0, steps and seeds, the predicted and measured gain over the point's control
+    in points with the measured 95% interval over seeds, and `sera.results.verdict`. An arm
     with fewer than MIN_SEEDS paired seeds stored (a point whose runs are still landing) gets no
-    verdict."""
+    row."""
     names = list(points.POINTS) if names is None else list(names)
     table = compare_points(names, store_dir=store_dir)
     rows = []
@@ -94,14 +96,12 @@ def verdicts(names=None, arms=("sera", "sera-rate", "sera-rate-safeguard"), stor
         point = points.point(row.point)
         if row.arm not in arms or row.k not in (1, point.k) or row.seeds < MIN_SEEDS:
             continue
-        side = "ahead" if row.low > 0 else "behind" if row.high < 0 else "level"
-        held = row.low <= row.predicted <= row.high
         rows.append({"point": row.point, "task": point.task, "n0": point.config.n0,
-                     "steps": point.config.steps, "arm": row.arm, "seeds": row.seeds,
-                     "k": row.k, "predicted": round(100 * row.predicted, 1),
+                     "steps": point.config.steps, "arm": row.arm, "against": point.control,
+                     "seeds": row.seeds, "k": row.k, "predicted": round(100 * row.predicted, 1),
                      "measured": f"{100 * row.measured:+.1f} [{100 * row.low:+.1f}, "
                                  f"{100 * row.high:+.1f}]",
-                     "verdict": f"{side}, {'as predicted' if held else 'not as predicted'}"})
+                     "verdict": verdict(row.measured, row.low, row.high, row.predicted)})
     return pd.DataFrame(rows)
 
 
@@ -123,8 +123,8 @@ def verify(point: Point, seeds: int = 2, runs_dir=None, ks=(1, 8, 32, 128),
                              ignore_index=True))
     old = load(point.name).final
     parts = [reproduction(old.assign(method=old["arm"]), new.assign(method=new["arm"]),
-                          treatment, "maxrl", ks=ks).assign(arm=treatment)
-             for treatment in sorted(set(new["arm"]) - {"maxrl"})]
+                          treatment, point.control, ks=ks).assign(arm=treatment)
+             for treatment in sorted(set(new["arm"]) - {point.control})]
     table = pd.concat(parts, ignore_index=True)
     table["warmup"] = warmup_fingerprint(configs[0])
     table["stored_warmup"] = stored(point.name).get("warmup")

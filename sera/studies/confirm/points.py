@@ -18,10 +18,6 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-MIN_SEEDS = 6
-"""The fewest seeds a point runs, and the fewest paired seeds a verdict is given on."""
-
-
 def default_runs_dir() -> Path:
     """Where the points train unless told otherwise: build/runs/confirm."""
     return runstore.RUNS_ROOT / "confirm"
@@ -75,17 +71,21 @@ class Point:
     task: str
     config: SequenceConfig
     seeds: int | None
-    """None: as many as the power calculation on the prediction asks for (at least MIN_SEEDS)."""
+    """None: as many as the power calculation on the prediction asks for (at least
+    sera.results.MIN_SEEDS)."""
     arms: tuple[Arm | tuple[str, float | None], ...] = (
         Arm("maxrl"), Arm("sera-rate"), Arm("sera-rate-safeguard"), Arm("grpo"))
     """The arms; a (method, u_min) pair stands for Arm(method, u_min)."""
     treatment: str = "sera-rate"
-    """The arm compared with MaxRL for the seeds: the power calculation sizes it, and it runs
-    every seed (the other arms side_seeds)."""
+    """The arm compared with the control for the seeds: the power calculation sizes it, and it
+    runs every seed (the other arms side_seeds)."""
+    control: str = "maxrl"
+    """The method every other arm is compared with (its arm must be registered): the
+    comparator of the tables, the verdicts, the prediction and the page."""
     why: str = ""
     side_seeds: int | None = None
-    """Seeds of the arms other than maxrl and the treatment (None: the point's seeds), so that a
-    power-calculated seed count for the main comparison does not multiply every arm."""
+    """Seeds of the arms other than the control and the treatment (None: the point's seeds), so
+    that a power-calculated seed count for the main comparison does not multiply every arm."""
     k: int = 1
     """The K whose predicted gain the power calculation sizes the seeds for."""
     calibrate_on: str | None = None
@@ -100,6 +100,9 @@ class Point:
         names = [a.name for a in arms]
         if len(set(names)) != len(names):
             raise ValueError(f"point {self.name!r} names an arm twice: {names}")
+        if self.control not in names:
+            raise ValueError(f"point {self.name!r}: its control {self.control!r} is not one of "
+                             f"its arms {names}")
 
     def folder(self, runs_dir=None) -> Path:
         """The point's folder of run folders and its warm-up (runs_dir: default_runs_dir())."""
@@ -116,8 +119,8 @@ class Point:
         out = []
         for seed in range(n_seeds(self)):
             for a in self.arms:
-                side = not a.every_seed and (
-                    a.u_min is not None or a.changes or a.method not in ("maxrl", self.treatment))
+                main = a.name == self.control or a.method == self.treatment
+                side = not a.every_seed and (a.u_min is not None or a.changes or not main)
                 if side and self.side_seeds is not None and seed >= self.side_seeds:
                     continue
                 config = a.config(base, seed)
@@ -130,7 +133,8 @@ class Point:
 def load_point(path) -> Point:
     """A point from its registration, data/study/<point>/point.toml: the task and the preset its
     configuration starts from, the changes to it, the seeds (a number, or "power" for the power
-    calculation's), the arms with what each was expected to do, and why the point exists."""
+    calculation's), the arms with what each was expected to do, the control they are compared
+    with (MaxRL unless `control` names another arm), and why the point exists."""
     path = Path(path)
     with open(path, "rb") as handle:
         entry = tomllib.load(handle)
@@ -144,6 +148,7 @@ def load_point(path) -> Point:
     seeds = entry["seeds"]
     return Point(path.parent.name, task, config, seeds=None if seeds == "power" else seeds,
                  arms=arms, treatment=entry.get("treatment", "sera-rate"),
+                 control=entry.get("control", "maxrl"),
                  why=entry.get("why", ""), side_seeds=entry.get("side_seeds"),
                  k=entry.get("k", 1), calibrate_on=entry.get("calibrate_on"))
 

@@ -11,9 +11,10 @@ import pandas as pd
 
 from sera import runstore
 from sera.methods import METHODS
+from sera.results import MIN_SEEDS
 from sera.studies.confirm import points
 from sera.studies.confirm.comparison import compare
-from sera.studies.confirm.points import MIN_SEEDS, Point, builder, read_prediction
+from sera.studies.confirm.points import Point, builder, read_prediction
 from sera.studies.confirm.storage import load
 from sera.studies.simulate import (
     SimulationConfig,
@@ -80,35 +81,37 @@ def predict(point: Point, repetitions: int = 24, lr: float = 1.0, runs_dir=None,
         out = arm_gains(point, np.tile(profile(point, runs_dir), (repetitions, 1)), lr)
         out["seeds_needed"] = [seeds_needed(g) for g in out["gain"]]
         out.attrs["how"] = f"{repetitions} repetitions, lr {lr}, from profile.csv"
-    header = (f"# {point.name}: predicted gain over MaxRL (sera.studies.simulate, "
+    header = (f"# {point.name}: predicted gain over {point.control} (sera.studies.simulate, "
               f"{out.attrs['how']}), written {time.strftime('%Y-%m-%d %H:%M')} before the runs\n")
     runstore.write_text(path, header + out.round(4).to_csv(index=False))
     return out
 
 
 def arm_gains(point: Point, starts, lr: float) -> pd.DataFrame:
-    """Simulated SERA - MaxRL and safeguarded SERA - MaxRL at the point's final step, one
-    repetition per row of `starts` (profiles), at step size lr."""
+    """Each simulated waterline arm minus the point's control (MaxRL unless registered
+    otherwise) at the point's final step, one repetition per row of `starts` (profiles), at
+    step size lr."""
     config = point.config
     ks = tuple(sorted({k for k in (1, 8, 32, 128) if k <= config.final_samples}
                       | {config.final_samples, point.k}))
+    control = next(a.method for a in point.arms if a.name == point.control)
     parts = []
     for a in point.arms:
-        if METHODS[a.method].allocator != "waterline" or a.changes:
+        if a.name == point.control or METHODS[a.method].allocator != "waterline" or a.changes:
             continue  # the simulator has no model: an arm that changes the training is not in it
         base = SimulationConfig(batch_size=config.batch_size, eval_every=config.steps, lr=lr,
                                 ks=ks, allocator=dataclasses.replace(config.allocator,
                                                                      u_min=a.u_min))
-        table = regime_map_over(starts, [config.n0], config.steps, ("maxrl", a.method), base)
-        gains = predicted_gain(table, treatment=a.method)
+        table = regime_map_over(starts, [config.n0], config.steps, (control, a.method), base)
+        gains = predicted_gain(table, treatment=a.method, control=control)
         gains = gains[gains["step"] == config.steps]
         parts.append(gains[["k", "gain", "low", "high"]].assign(arm=a.name))
     return pd.concat(parts, ignore_index=True)
 
 
 def seed_sd(name: str, k: int, arm_name: str = "sera-rate", store_dir=None) -> float:
-    """Seed-to-seed standard deviation of the arm's gain over MaxRL at K in a point's stored
-    runs (per-seed paired differences over the held-out prompts)."""
+    """Seed-to-seed standard deviation of the arm's gain over the control at K in a point's
+    stored runs (per-seed paired differences over the held-out prompts)."""
     row = compare(name, ks=(k,), store_dir=store_dir)
     row = row[(row["arm"] == arm_name) & (row["k"] == k)]
     if row.empty:
