@@ -9,6 +9,12 @@ A run folder (a RunConfig's `out`) holds
     metrics.csv, allocations.csv, final.csv   the loop's tables (final.csv once finished)
     rollouts.csv       a sequence task's responses, one row each (sera.tables.ROLLOUT_COLUMNS)
 
+A sequence task's runs start from one supervised warm-up: a folder `warmup/` (WARMUP) beside a
+grid's run folders, holding the model and tokenizer, `warmup.json` (its settings, its training
+rows and the weights' fingerprint) and `evaluations/step0-<key>.json`, the step-0 evaluations the
+runs starting from it share; a finished run keeps its final model in `model/` (MODEL). A
+confirmation point keeps a copy of its warm-up in its stored folder.
+
 A stored set of runs (data/study/<point>/, a sweep's folder) holds the same tables of many runs,
 gzip-compressed without a time stamp so that equal tables give equal bytes, and provenance.json:
 a summary plus each run's configuration and provenance records, enough to write the run folders
@@ -75,6 +81,35 @@ CONFIG = "config.json"
 PROVENANCE = "provenance.jsonl"
 CHECKPOINT = "checkpoint.pt"
 SUMMARY = "provenance.json"
+WARMUP = "warmup"
+"""The warm-up's folder, beside a grid's run folders and in a stored point's folder."""
+WARMUP_STAMP = "warmup.json"
+"""The warm-up folder's record: its settings, training rows and weights' fingerprint."""
+WARMUP_FINGERPRINT = "warmup"
+"""The key of the warm-up's weights fingerprint in a run's provenance records and in a stored
+summary: runs of one stored set start from one warm-up."""
+MODEL = "model"
+"""The folder of a model saved with its tokenizer: a finished run's final model."""
+
+
+def warmup_dir(parent) -> Path:
+    """The warm-up folder of a grid's or a point's folder."""
+    return Path(parent) / WARMUP
+
+
+def warmup_stamp(folder) -> Path:
+    """The record of the warm-up in `folder` (a warm-up folder)."""
+    return Path(folder) / WARMUP_STAMP
+
+
+def has_warmup(folder) -> bool:
+    """Whether `folder` (a warm-up folder) holds a finished warm-up."""
+    return warmup_stamp(folder).exists()
+
+
+def first_evaluation(folder, key: str) -> Path:
+    """Where a warm-up folder keeps the step-0 evaluation whose settings hash to `key`."""
+    return Path(folder) / "evaluations" / f"step0-{key}.json"
 
 
 def table_file(name: str) -> str:

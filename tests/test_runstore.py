@@ -3,6 +3,7 @@
 import dataclasses
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,23 @@ def test_a_link_is_made_once_and_a_link_elsewhere_is_removed(tmp_path):
     assert folder.is_symlink()
     runstore.unlink_other(folder, other)
     assert not folder.exists() and target.is_dir()
+
+
+# How the package's modules outside the run store could spell a run or warm-up folder's names.
+SPELLINGS = re.compile(r'/ "(?:warmup|model|evaluations)"|"warmup\.json"|step0-'
+                       r'|\.get\("warmup"\)|summary\["warmup"\]')
+
+
+def test_the_warm_up_folder_names_are_spelled_in_the_run_store_only():
+    """The warm-up's folder, record, fingerprint key and step-0 evaluations, and a run's model
+    folder, are named by sera.runstore alone, so a change of layout is one module's change."""
+    package = Path(runstore.__file__).parent
+    found = [f"{path.relative_to(package)}:{number}: {line.strip()}"
+             for path in sorted(package.rglob("*.py")) if path.name != "runstore.py"
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if SPELLINGS.search(line)]
+    assert not found, "\n".join(found)
+    warmup = runstore.warmup_dir("grid")
+    assert warmup == Path("grid") / runstore.WARMUP
+    assert runstore.warmup_stamp(warmup).parent == warmup
+    assert runstore.first_evaluation(warmup, "ab12").parent.parent == warmup

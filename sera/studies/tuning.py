@@ -61,7 +61,8 @@ class Sweep:
         """Every (seed, method, learning rate), seeds outermost so that finished seeds pair."""
         base = self.base
         if isinstance(base, maze.MazeConfig):
-            base = dataclasses.replace(base, warmup_dir=str(Path(runs_dir) / self.name / "warmup"))
+            base = dataclasses.replace(
+                base, warmup_dir=str(runstore.warmup_dir(Path(runs_dir) / self.name)))
         out = []
         for seed in range(self.seeds):
             for method in self.methods:

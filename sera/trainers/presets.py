@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from sera import runstore
 from sera.methods import supported
 from sera.trainers.config import AllocatorConfig, RunConfig
 
@@ -220,7 +221,7 @@ sera.trainers.<task>, whose `build` makes a run's study)."""
 
 def warmup_fingerprint(config: SequenceConfig) -> str | None:
     """The weights fingerprint of the warm-up a run starts from (None for a user's model)."""
-    stamp = warmup_folder(config) / "warmup.json"
+    stamp = runstore.warmup_stamp(warmup_folder(config))
     if getattr(config, "model", None) is not None or not stamp.exists():
         return None
     return json.loads(stamp.read_text()).get("fingerprint")
@@ -234,4 +235,4 @@ def warmup_settings(config: SequenceConfig, task_fields: dict) -> dict:
 
 def warmup_folder(config: SequenceConfig) -> Path:
     """Where the warm-up model lives: warmup_dir, or OUT/warmup."""
-    return Path(config.warmup_dir) if config.warmup_dir else Path(config.out) / "warmup"
+    return Path(config.warmup_dir) if config.warmup_dir else runstore.warmup_dir(config.out)

@@ -65,7 +65,7 @@ class SequenceStudy:
 
     def provenance(self) -> dict:
         """What the loop records beside the library versions: the warm-up's fingerprint."""
-        return {"warmup": warmup_fingerprint(self.config)}
+        return {runstore.WARMUP_FINGERPRINT: warmup_fingerprint(self.config)}
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
@@ -203,7 +203,7 @@ class SequenceStudy:
                "chunk": self.engine.chunk, "prompts": hashlib.sha256(
                    json.dumps(self.task.val_prompts, default=int).encode()).hexdigest()}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
-        return folder / "evaluations" / f"step0-{digest}.json"
+        return runstore.first_evaluation(folder, digest)
 
     def finish(self, run: loop.Run) -> pd.DataFrame:
         """The final Pass@K profile from one pool of final_samples per held-out prompt; the
@@ -216,7 +216,7 @@ class SequenceStudy:
             tune = self.correct_counts(samples, stream=3, step=run.step, split="tune")
             for k in k_grid(samples):
                 run.log("tune_pass", pass_at_k(samples, tune, k).mean(), k)
-        folder = Path(self.config.out) / "model"
+        folder = Path(self.config.out) / runstore.MODEL
         self.model.save_pretrained(folder)
         self.task.tokenizer.save_pretrained(folder)
         return pd.DataFrame({"prompt": np.arange(correct.size), "n": samples,
@@ -245,7 +245,7 @@ def warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, setti
 def _warm_up(config: SequenceConfig, task: Task, build_model, folder: Path, settings: dict):
     from sera.models import device, load_decoder
 
-    stamp = folder / "warmup.json"
+    stamp = runstore.warmup_stamp(folder)
     saved = json.loads(stamp.read_text()) if stamp.exists() else None
     if saved is not None and saved["settings"] == settings:
         model = load_decoder(folder).to(device(config.device))
@@ -307,7 +307,7 @@ def run_grid(base: SequenceConfig, build, runs, seeds, runs_dir, rerun: bool = F
     the warm-up once and read back each other's finished runs of equal settings."""
     import dataclasses
 
-    warmup_dir = Path(warmup_dir) if warmup_dir is not None else Path(runs_dir) / "warmup"
+    warmup_dir = Path(warmup_dir) if warmup_dir is not None else runstore.warmup_dir(runs_dir)
     base = dataclasses.replace(base, warmup_dir=str(warmup_dir))
     configs = [dataclasses.replace(base, method=method, agg=agg, seed=seed)
                for seed in seeds for method, agg in runs]
@@ -320,7 +320,7 @@ def sample_answers(folder, task: Task, index: int, n: int, max_new_tokens: int, 
     with their rewards."""
     from sera.models import load_decoder
 
-    model = load_decoder(Path(folder) / "model")
+    model = load_decoder(Path(folder) / runstore.MODEL)
     sampling = Sampling(max_new_tokens, stop_token_id=task.stop_token_id,
                         pad_token_id=task.pad_token_id)
     out = TransformersEngine(model).generate([task.val_prompts[index]], [n], sampling, seed)

@@ -127,7 +127,7 @@ def verify(point: Point, seeds: int = 2, runs_dir=None, ks=(1, 8, 32, 128),
              for treatment in sorted(set(new["arm"]) - {point.control})]
     table = pd.concat(parts, ignore_index=True)
     table["warmup"] = warmup_fingerprint(configs[0])
-    table["stored_warmup"] = stored(point.name).get("warmup")
+    table["stored_warmup"] = stored(point.name).get(runstore.WARMUP_FINGERPRINT)
     return table
 
 

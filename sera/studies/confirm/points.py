@@ -115,7 +115,8 @@ class Point:
     def runs(self, runs_dir=None) -> list[tuple[SequenceConfig, Arm]]:
         """(configuration, arm) of every run, seeds outermost."""
         folder = self.folder(runs_dir)
-        base = dataclasses.replace(self.config, warmup_dir=str(folder / "warmup"), progress=False)
+        base = dataclasses.replace(self.config, warmup_dir=str(runstore.warmup_dir(folder)),
+                                   progress=False)
         out = []
         for seed in range(n_seeds(self)):
             for a in self.arms:

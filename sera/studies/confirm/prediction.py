@@ -53,7 +53,7 @@ def profile(point: Point, runs_dir=None, samples: int = PROFILE_SAMPLES) -> np.n
     if path.exists():
         return pd.read_csv(path, comment="#")["p"].to_numpy()
     folder = point.folder(runs_dir)
-    config = dataclasses.replace(point.config, warmup_dir=str(folder / "warmup"),
+    config = dataclasses.replace(point.config, warmup_dir=str(runstore.warmup_dir(folder)),
                                  out=str(folder / "profile"), device="cpu")
     started = time.perf_counter()
     values = measure_profile(config, builder(point.task), samples)

@@ -57,12 +57,12 @@ def warmup_of(folders, point: Point) -> str | None:
     two differ: runs from different warm-ups are different experiments and are never pooled."""
     seen: dict[str, str] = {}
     summary = runstore.STUDY_DIR / point.name / runstore.SUMMARY
-    kept = stored(point.name).get("warmup") if summary.exists() else None
+    kept = stored(point.name).get(runstore.WARMUP_FINGERPRINT) if summary.exists() else None
     if kept:
         seen[kept] = f"the runs stored in {summary.parent}"
     for folder in folders:
         for record in runstore.records(folder):
-            value = record.get("warmup")
+            value = record.get(runstore.WARMUP_FINGERPRINT)
             if value:
                 seen.setdefault(value, f"run {Path(folder).name}")
     if len(seen) > 1:
@@ -95,7 +95,7 @@ def store(point: Point, runs_dir=None) -> int:
                "rerun": f"python -m sera.confirm run {point.name}"}
     warmup = warmup_of(folders, point)
     if warmup is not None:
-        summary["warmup"] = warmup
+        summary[runstore.WARMUP_FINGERPRINT] = warmup
         keep_warmup(point, runs_dir)
     return runstore.store_runs(folders, runstore.STUDY_DIR / point.name, summary,
                                tables=POINT_TABLES, columns=columns)
@@ -106,9 +106,9 @@ def keep_warmup(point: Point, runs_dir=None) -> bool:
     stored runs, once: `restore` puts it back on a fresh checkout, so that any machine extends
     the point from the same weights (runs on another CPU then differ from these as another
     seed would, where a warm-up trained there would start another experiment)."""
-    source = point.folder(runs_dir) / "warmup"
-    target = runstore.STUDY_DIR / point.name / "warmup"
-    if (target / "warmup.json").exists() or not (source / "warmup.json").exists():
+    source = runstore.warmup_dir(point.folder(runs_dir))
+    target = runstore.warmup_dir(runstore.STUDY_DIR / point.name)
+    if runstore.has_warmup(target) or not runstore.has_warmup(source):
         return False
     runstore.copy_folder(source, target)
     return True
@@ -117,14 +117,14 @@ def keep_warmup(point: Point, runs_dir=None) -> bool:
 def check_warmup(point: Point, runs_dir=None) -> None:
     """Before any run trains: the warm-up the point's runs would start from here (trained now
     if missing) is the one its stored runs started from, or ValueError (`warmup_of`)."""
-    stored_fingerprint = stored(point.name).get("warmup")
+    stored_fingerprint = stored(point.name).get(runstore.WARMUP_FINGERPRINT)
     if stored_fingerprint is None:
         return
     config = point.configs(runs_dir)[0]
     builder(point.task)(config)  # loads the warm-up, or trains it where there is none
     here = warmup_fingerprint(config)
     if here != stored_fingerprint:
-        kept = (runstore.STUDY_DIR / point.name / "warmup" / "warmup.json").exists()
+        kept = runstore.has_warmup(runstore.warmup_dir(runstore.STUDY_DIR / point.name))
         way = (f"delete {Path(config.warmup_dir)} to start from the copy stored beside the runs"
                if kept else "no copy of it is stored beside the runs, so runs from here are "
                             "another experiment: register a separate point (a copy of its "
@@ -140,9 +140,10 @@ def restore(point: Point, runs_dir=None) -> int:
     neither trained again nor dropped by the next store, and the stored warm-up where there is
     one (`keep_warmup`). Returns how many runs were restored."""
     folder = runstore.STUDY_DIR / point.name
-    local_warmup = point.folder(runs_dir) / "warmup"
-    if (folder / "warmup" / "warmup.json").exists() and not (local_warmup / "warmup.json").exists():
-        runstore.copy_folder(folder / "warmup", local_warmup)
+    local_warmup = runstore.warmup_dir(point.folder(runs_dir))
+    stored_warmup = runstore.warmup_dir(folder)
+    if runstore.has_warmup(stored_warmup) and not runstore.has_warmup(local_warmup):
+        runstore.copy_folder(stored_warmup, local_warmup)
     # keyed by the run's folder name (older stores name the run without its point)
     records = {record["run"].split("/")[-1]: record
                for record in runstore.stored_summary(folder).get("runs", [])}
