@@ -134,6 +134,41 @@ def _pivots(sample, scale, fixed, slope, low, high, target, lo, hi):
     return cand[first], cand[min(int(np.searchsorted(estimate, target + error)), cand.size - 1)]
 
 
+def _narrow(h: np.ndarray, lo: int, hi: int, target: int):
+    """select_level's rounds: bracket the level (S(low) < target <= S(high)) and settle every
+    prompt with no breakpoint inside the bracket, until at most SAMPLE are left. Returns the
+    prompts left, low, high, the settled prompts' counts at hi, at lo and unclipped, and the
+    sum of 1/h over the settled unclipped ones."""
+    m_lo, m_hi = lo - 1, hi - 1
+    n_hi = n_lo = n_free = 0
+    slope = 0.0
+    low, high = 0.0, math.inf
+    work = np.empty((4, h.size)) if h.size > SAMPLE else None
+    for _ in range(_ROUNDS):
+        if h.size <= SAMPLE:
+            break
+        inv, a, b, scratch = (row[: h.size] for row in work)
+        np.divide(1.0, h, out=inv)
+        fixed = n_hi * hi + n_lo * lo + n_free
+        sample = np.sort(h[:: h.size // SAMPLE])
+        t1, t2 = _pivots(sample, h.size / sample.size, fixed, slope, low, high, target, lo, hi)
+        if fixed + t1 * slope + _clipped_sum(inv, t1, lo, hi, scratch) >= target:
+            high = t1
+        elif t2 == t1 or fixed + t2 * slope + _clipped_sum(inv, t2, lo, hi, scratch) < target:
+            low = t2
+        else:
+            low, high = t1, t2
+        np.multiply(h, m_lo, out=a)
+        np.multiply(h, m_hi, out=b)
+        at_hi, at_lo, free = b <= low, a >= high, (a <= low) & (b >= high)
+        n_hi += int(np.count_nonzero(at_hi))
+        n_lo += int(np.count_nonzero(at_lo))
+        n_free += int(np.count_nonzero(free))
+        slope += float(np.multiply(inv, free, out=scratch).sum())
+        h = h[~(at_hi | at_lo | free)]
+    return h, low, high, n_hi, n_lo, n_free, slope
+
+
 def select_level(h: np.ndarray, lo: int, hi: int, target: int) -> float:
     """The smallest lam with S(lam) = target, as Interior.level, from hazards 0 < h < inf in any
     order and in expected linear time, the way the O(n) projections onto the simplex find their
@@ -159,32 +194,7 @@ def select_level(h: np.ndarray, lo: int, hi: int, target: int) -> float:
         return float(m_lo * h.min())
     if target >= h.size * hi:
         return float(m_hi * h.max())
-    n_hi = n_lo = n_free = 0  # settled prompts: at hi, at lo, unclipped
-    slope = 0.0  # sum of 1/h over the settled unclipped prompts
-    low, high = 0.0, math.inf  # S(low) < target <= S(high)
-    work = np.empty((4, h.size)) if h.size > SAMPLE else None
-    for _ in range(_ROUNDS):
-        if h.size <= SAMPLE:
-            break
-        inv, a, b, scratch = (row[: h.size] for row in work)
-        np.divide(1.0, h, out=inv)
-        fixed = n_hi * hi + n_lo * lo + n_free
-        sample = np.sort(h[:: h.size // SAMPLE])
-        t1, t2 = _pivots(sample, h.size / sample.size, fixed, slope, low, high, target, lo, hi)
-        if fixed + t1 * slope + _clipped_sum(inv, t1, lo, hi, scratch) >= target:
-            high = t1
-        elif t2 == t1 or fixed + t2 * slope + _clipped_sum(inv, t2, lo, hi, scratch) < target:
-            low = t2
-        else:
-            low, high = t1, t2
-        np.multiply(h, m_lo, out=a)
-        np.multiply(h, m_hi, out=b)
-        at_hi, at_lo, free = b <= low, a >= high, (a <= low) & (b >= high)
-        n_hi += int(np.count_nonzero(at_hi))
-        n_lo += int(np.count_nonzero(at_lo))
-        n_free += int(np.count_nonzero(free))
-        slope += float(np.multiply(inv, free, out=scratch).sum())
-        h = h[~(at_hi | at_lo | free)]
+    h, low, high, n_hi, n_lo, n_free, slope = _narrow(h, lo, hi, target)
     # The prompts left, sorted: S at each of their breakpoints inside (low, high), then the
     # segment holding the target, as in Interior.level.
     h = np.sort(h)

@@ -258,22 +258,64 @@ def compute_sera_maxrl_advantage(token_level_rewards: torch.Tensor, response_mas
     return per_token, per_token
 
 
+SWITCHES = {
+    "distillation.enabled":
+        "adds a distillation loss per token without SERA's weight n0 / N_q, so a prompt's pull "
+        "toward the teacher would grow with its rollout count; set distillation.enabled=false",
+    "algorithm.filter_groups.enable":
+        "(DAPO group filtering) evicts all-0 and all-1 groups before SERA's history sees them; "
+        "set algorithm.filter_groups.enable=False with the sera_sync mode",
+    "trainer.v1.sampler.sync_refill_failed_groups":
+        "replaces failed groups with prompts SERA did not plan; set it to False with the "
+        "sera_sync mode (failed rollouts are padded and ignored)",
+    "reward.reward_kwargs.overlong_buffer_cfg.enable":
+        "(DAPO's overlong penalty) subtracts up to its penalty factor from a long response's "
+        "reward, which MaxRL and the success history need as a success in [0, 1]; set it to "
+        "False with the sera_sync mode",
+    "reward.reward_model.enable":
+        "scores responses with a learned reward model, whose scores are not successes in "
+        "[0, 1]; SERA's MaxRL and success history need a verifier's 0/1 "
+        "(reward.custom_reward_function, as sera.integrations.gsm8k); set "
+        "reward.reward_model.enable=False",
+    "algorithm.use_kl_in_reward":
+        "subtracts a KL penalty from the rewards, which MaxRL and the success history need as "
+        "successes in [0, 1]; set algorithm.use_kl_in_reward=False",
+    "actor_rollout_ref.actor.use_kl_loss":
+        "adds verl's KL loss per token without SERA's weight n0 / N_q, so a prompt's KL pull "
+        "would grow with its rollout count; set actor_rollout_ref.actor.use_kl_loss=False "
+        "(MaxRL and the SERA paper train without a KL term)",
+    "skip.rollout_tq.enable":
+        "replays cached rollouts and skips the step that plans the batch, so SERA's planner has "
+        "nothing out for rollout and every advantage would be 0; set "
+        "skip.rollout_tq.enable=False with the sera_sync mode",
+}
+"""verl's on/off settings that change what SERA trains, each refused when on, with why."""
+
+
 def refuse_unsupported(config) -> None:
     """Raise ValueError, naming the setting, for verl settings under which SERA's history, MaxRL or
-    the weights n0 / N_q would be wrong: DAPO group filtering and failed-group refill evict all-0
-    and all-1 groups before the history sees them; a KL penalty in the reward, DAPO's overlong
-    penalty and a learned reward model give rewards outside [0, 1]; loss modes outside
-    WEIGHTED_LOSS_MODES, a KL loss, an entropy bonus and a distillation loss do not carry the
-    weights; skipped rollouts bypass the planning; an advantage estimator other than sera_maxrl
-    ignores the counts; rejection sampling (rollout_rs) turns rejected successes into failures."""
-    algorithm = config.get("algorithm", {}) or {}
-    estimator = algorithm.get("adv_estimator")
+    the weights n0 / N_q would be wrong: an advantage estimator other than sera_maxrl ignores the
+    counts; rejection sampling (rollout_rs) turns rejected successes into failures; a rollout.n
+    below n_min; the SWITCHES (DAPO group filtering and failed-group refill evict all-0 and
+    all-1 groups before the history sees them; a KL penalty in the reward, DAPO's overlong
+    penalty and a learned reward model give rewards outside [0, 1]; a KL loss and a
+    distillation loss do not carry the weights; skipped rollouts bypass the planning); loss
+    modes outside WEIGHTED_LOSS_MODES and an entropy bonus, which do not carry the weights."""
+    _refuse_estimator(config)
+    for setting, why in SWITCHES.items():
+        if OmegaConf.select(config, setting, default=False):
+            raise ValueError(f"{setting}=True {why}")
+    _refuse_loss(config)
+
+
+def _refuse_estimator(config) -> None:
+    """The estimator, rejection sampling and n0: what makes the advantages SERA's."""
+    estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
     if estimator != ESTIMATOR:
         raise ValueError(f"algorithm.adv_estimator={estimator} with "
                          f"trainer.v1.trainer_mode={MODE}: the mode plans uneven counts and "
-                         f"only {ESTIMATOR} applies the weight n0 / N_q, so a prompt's "
-                         f"gradient would grow with its count; set "
-                         f"algorithm.adv_estimator={ESTIMATOR}")
+                         f"only {ESTIMATOR} applies the weight n0 / N_q, so a prompt's gradient "
+                         f"would grow with its count; set algorithm.adv_estimator={ESTIMATOR}")
     rejection = OmegaConf.select(config, "algorithm.rollout_correction.rollout_rs", default=None)
     if rejection is not None:
         raise ValueError(f"algorithm.rollout_correction.rollout_rs={rejection} rejects responses "
@@ -281,40 +323,16 @@ def refuse_unsupported(config) -> None:
                          f"success would count as a failure of its group while the history "
                          f"records it as a success; leave rollout_rs null with the {MODE} mode "
                          f"(rollout_is, which reweights without rejecting, is accepted)")
-    if OmegaConf.select(config, "distillation.enabled", default=False):
-        raise ValueError("distillation.enabled=True adds a distillation loss per token without "
-                         "SERA's weight n0 / N_q, so a prompt's pull toward the teacher would "
-                         "grow with its rollout count; set distillation.enabled=false")
     n0 = OmegaConf.select(config, "actor_rollout_ref.rollout.n", default=None)
     n_min = allocator_from_config(config).n_min
     if n0 is not None and n0 < n_min:
         raise ValueError(f"actor_rollout_ref.rollout.n={n0} is SERA's n0, the mean count per "
                          f"prompt, and must be at least the allocator's n_min = {n_min} "
                          f"(+sera.n_min)")
-    if (algorithm.get("filter_groups", {}) or {}).get("enable", False):
-        raise ValueError("algorithm.filter_groups.enable=True (DAPO group filtering) evicts "
-                         "all-0 and all-1 groups before SERA's history sees them; set "
-                         "algorithm.filter_groups.enable=False with the sera_sync mode")
-    sampler = OmegaConf.select(config, "trainer.v1.sampler", default=None) or {}
-    if sampler.get("sync_refill_failed_groups", False):
-        raise ValueError("trainer.v1.sampler.sync_refill_failed_groups=True replaces failed "
-                         "groups with prompts SERA did not plan; set it to False with the "
-                         "sera_sync mode (failed rollouts are padded and ignored)")
-    if OmegaConf.select(config, "reward.reward_kwargs.overlong_buffer_cfg.enable", default=False):
-        raise ValueError("reward.reward_kwargs.overlong_buffer_cfg.enable=True (DAPO's overlong "
-                         "penalty) subtracts up to its penalty factor from a long response's "
-                         "reward, which MaxRL and the success history need as a success in "
-                         "[0, 1]; set it to False with the sera_sync mode")
-    if OmegaConf.select(config, "reward.reward_model.enable", default=False):
-        raise ValueError("reward.reward_model.enable=True scores responses with a learned reward "
-                         "model, whose scores are not successes in [0, 1]; SERA's MaxRL and "
-                         "success history need a verifier's 0/1 (reward.custom_reward_function, "
-                         "as sera.integrations.gsm8k); set reward.reward_model.enable=False")
-    if algorithm.get("use_kl_in_reward", False):
-        raise ValueError("algorithm.use_kl_in_reward=True subtracts a KL penalty from the "
-                         "rewards, which MaxRL and the success history need as successes in "
-                         "[0, 1]; set algorithm.use_kl_in_reward=False")
-    actor = OmegaConf.select(config, "actor_rollout_ref.actor", default=None) or {}
+
+
+def _refuse_loss(config) -> None:
+    """The actor's loss: a mode and an entropy bonus that do not carry the weights."""
     mode = OmegaConf.select(config, "actor_rollout_ref.actor.policy_loss.loss_mode",
                             default="vanilla")
     if mode not in WEIGHTED_LOSS_MODES:
@@ -323,21 +341,12 @@ def refuse_unsupported(config) -> None:
                          f"tokens by a batch-wide covariance, dro adds a penalty that does not "
                          f"scale), so the weight n0 / N_q folded into the advantage is not the "
                          f"weighted loss; use one of {', '.join(WEIGHTED_LOSS_MODES)}")
-    if actor.get("use_kl_loss", False):
-        raise ValueError("actor_rollout_ref.actor.use_kl_loss=True adds verl's KL loss per token "
-                         "without SERA's weight n0 / N_q, so a prompt's KL pull would grow with "
-                         "its rollout count; set actor_rollout_ref.actor.use_kl_loss=False (MaxRL "
-                         "and the SERA paper train without a KL term)")
-    if actor.get("entropy_coeff", 0) not in (0, 0.0, None):
-        raise ValueError(f"actor_rollout_ref.actor.entropy_coeff={actor.get('entropy_coeff')} "
-                         f"adds verl's entropy bonus per token without SERA's weight n0 / N_q, so "
-                         f"a prompt's bonus would grow with its rollout count; set "
+    entropy = OmegaConf.select(config, "actor_rollout_ref.actor.entropy_coeff", default=0)
+    if entropy not in (0, 0.0, None):
+        raise ValueError(f"actor_rollout_ref.actor.entropy_coeff={entropy} adds verl's entropy "
+                         f"bonus per token without SERA's weight n0 / N_q, so a prompt's bonus "
+                         f"would grow with its rollout count; set "
                          f"actor_rollout_ref.actor.entropy_coeff=0")
-    if OmegaConf.select(config, "skip.rollout_tq.enable", default=False):
-        raise ValueError("skip.rollout_tq.enable=True replays cached rollouts and skips the step "
-                         "that plans the batch, so SERA's planner has nothing out for rollout and "
-                         "every advantage would be 0; set skip.rollout_tq.enable=False with the "
-                         "sera_sync mode")
 
 
 def dense_rows(extra_info) -> dict:
