@@ -2,6 +2,8 @@
 bounds for any p, the RL2ML family against MaxRL and a Monte Carlo of its expectation."""
 
 import itertools
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,25 +12,40 @@ from hypothesis import strategies as st
 
 import sera
 from sera import baselines
+from sera.allocation import RULES
 
-BATCH = np.array([0.02, 0.05, 0.10, 0.20, 0.35, 0.50, 0.70, 0.90])
+PAGE = Path(__file__).parents[1] / "docs" / "baselines.md"
+
+
+def page_batch() -> tuple[np.ndarray, dict[str, list[int]], list[int]]:
+    """docs/baselines.md's one batch, as the page shows it: its p, each rule's counts (by the
+    rule's name in backticks) and DARS-ET's published totals."""
+    text = PAGE.read_text().split("## One batch under each rule", 1)[1].split("\n## ", 1)[0]
+    found = re.search(r"with p = ([\d., ]+?)\s*\(", " ".join(text.split()))
+    p = np.array([float(value) for value in found.group(1).split(",")])
+    rows = dict(re.findall(r"^\| [^|]*\(`([\w-]+)`\) \| ([\d ]+) \|$", text, re.M))
+    published = re.search(r"^\| DARS-ET as published[^|]*\| ([\d ]+) \(", text, re.M)
+    return (p, {rule: [int(c) for c in counts.split()] for rule, counts in rows.items()},
+            [int(c) for c in published.group(1).split()])
+
+
+BATCH, PAGE_COUNTS, PAGE_DARS_ET = page_batch()
 wide = st.one_of(st.floats(-17, -1).map(lambda e: 10.0**e),
                  st.floats(-13, -1).map(lambda e: 1 - 10.0**e), st.floats(0.0, 1.0),
                  st.sampled_from([0.0, 1.0]))
 
 
-@pytest.mark.parametrize("rule, expected", [
-    ("exact", [31, 13, 7, 4, 3, 2, 2, 2]),
-    ("paper", [32, 14, 7, 3, 2, 2, 2, 2]),
-    ("knapsack", [2, 7, 16, 13, 9, 7, 7, 3]),
-    ("gvm", [13, 13, 11, 8, 6, 5, 4, 4]),
-    ("dars-hw", [32, 14, 7, 3, 2, 2, 2, 2]),
-    ("dars-et", [31, 13, 7, 4, 3, 2, 2, 2]),
-])
-def test_the_reference_batch(rule, expected):
+def test_the_page_shows_every_rule_on_its_batch():
+    assert BATCH.size == 8 and BATCH.min() == 0.02 and BATCH.max() == 0.9
+    assert set(PAGE_COUNTS) == set(RULES) - {"uniform"}
+
+
+@pytest.mark.parametrize("rule", sorted(set(RULES) - {"uniform"}))
+def test_the_reference_batch(rule):
     # The same batch under each rule, as docs/baselines.md shows it (B = 8, M = 64,
     # 2 <= N <= 32).
-    np.testing.assert_array_equal(sera.allocate(BATCH, 64, 2, 32, rule=rule).counts, expected)
+    np.testing.assert_array_equal(sera.allocate(BATCH, 64, 2, 32, rule=rule).counts,
+                                  PAGE_COUNTS[rule])
 
 
 @given(st.lists(wide, min_size=1, max_size=40), st.integers(2, 3), st.integers(0, 10),
@@ -70,7 +87,7 @@ def test_dars_top_ups_follow_the_schedules():
 
     # docs/baselines.md's batch: DARS-ET with N0 = 8, N_max 32 gives 133 rollouts in all
     totals = 8 + dars_extra(BATCH, 8, 32, "et")
-    np.testing.assert_array_equal(totals, [32, 32, 23, 13, 9, 8, 8, 8])
+    np.testing.assert_array_equal(totals, PAGE_DARS_ET)
     assert totals.sum() == 133
     # HW at a = 0.2: S = 0.32, ceil((0.8 * 8 - 8 * 0.32) / 0.32) = 12 more, N0 / (2a) = 20 in all;
     # a = 0 is read as 0.5 / 8: ceil((7.5 - 8 S) / S) = 56, capped at N_max - N0 = 56; a >= 1/2
