@@ -128,9 +128,9 @@ def allocate(p, budget, n_min=2, n_max=None, rule="paper", n0=None, u_min=0.0, *
     n_min, n_max : per-prompt bounds (n_max None: no bound beyond the budget).
     rule : one of RULES. "paper" (waterline, floor, then the smallest one-increment fidelity
         errors), "exact" (the lexicographically max-min integer allocation), "uniform"
-        (budget / B each), or a rule SERA is compared with (sera.baselines): "knapsack", "gvm",
-        "dars-hw", "dars-et". Every rule meets the budget exactly and the bounds too, except
-        "gvm", which has none (as its authors' code: p = 0 gets 0 rollouts).
+        (budget / B each), or a rule SERA is compared with (sera.baselines.COMPARED: "knapsack",
+        "gvm", "dars-hw", "dars-et" so far). Every rule meets the budget exactly and the bounds
+        too, except "gvm", which has none (as its authors' code: p = 0 gets 0 rollouts).
     n0 : reference count of the multiplicity weights n0 / N_q; defaults to budget / B.
     u_min : the observability safeguard (rules in SELECTABLE). Prompts are ranked by
         U(p, n_max), highest first, and the largest capacity-feasible prefix whose prompts all

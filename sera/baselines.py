@@ -1,10 +1,16 @@
 """One-shot rollout allocators SERA is compared with, as one table of rules.
 
 Each rule is a function (p, budget, n_min, n_max, n0) -> integer counts, p (B,) -> counts (B,)
-with sum M = budget and n_min <= N_q <= n_max, like SERA's waterline; `BASELINE_RULES` maps its
-name to it and sera.allocate(rule=NAME) reads the table (sera.allocation.RULES lists every rule
-allocate knows), so a new one-shot allocator is one function and one entry. Rules and sources are
-in docs/baselines.md; notebooks/06_allocators_compared.ipynb draws them on one batch.
+with sum M = budget and n_min <= N_q <= n_max, like SERA's waterline. A rule is registered once,
+as a `Rule` in `COMPARED`: its function, the colour its methods are drawn in, its authors'
+paper and code, and the training method its authors pair it with (their advantages, no weights,
+last-epoch estimates). Every table reads it from there: `BASELINE_RULES` (name -> function, what
+sera.allocate(rule=NAME) reads; sera.allocation.RULES lists every rule allocate knows),
+sera.methods.METHODS (the authors' method under the rule's name and, where the rule says so,
+`<name>-maxrl`: the same counts trained with MaxRL's advantages and SERA's weights n0 / N_q) and
+sera.plotting's styles. A new one-shot allocator is one function and one `Rule`, and a row in
+docs/baselines.md, which shows every rule on one batch (its test reads that table);
+notebooks/06_allocators_compared.ipynb draws them.
 
 - `knapsack` (Knapsack RL, as its `sampling_budget_by_knapsack` allocates with its defaults):
   n_min each, a dynamic programme over the extra rollouts of the prompts with 0 < p < 1, and a
@@ -19,12 +25,15 @@ in docs/baselines.md; notebooks/06_allocators_compared.ipynb draws them on one b
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
 
 from sera import _checks
 from sera.counts import even_split, from_counts
+from sera.estimators import clipped_grpo_advantages, raft_advantages, rl2ml_advantages
 
 KNAPSACK_ALPHA = 0.9
 """Knapsack RL's confidence level in its cost rule: cost = log(1 - alpha) / log(max(p, 1 - p))."""
@@ -292,12 +301,53 @@ def dars(p, budget: int, n_min: int, n_max: int, n0: float, schedule: str) -> np
     return proportional(weights, budget, n_min, n_max)[0]
 
 
-BASELINE_RULES = _checks.registry([
-    ("knapsack", knapsack),
-    ("gvm", gvm),
-    ("dars-hw", partial(dars, schedule="hw")),
-    ("dars-et", partial(dars, schedule="et")),
-], "allocation rule")
+@dataclass(frozen=True)
+class Rule:
+    """A one-shot rule SERA is compared with, and what every table needs to know of it."""
+
+    name: str
+    counts: Callable
+    """(p, budget, n_min, n_max, n0) -> integer counts."""
+    colour: str
+    """The colour of its methods in every figure (its `-maxrl` variant dashed)."""
+    source: str
+    """Its authors' paper and code, as docs/baselines.md cites them."""
+    advantages: Callable
+    """The advantages its authors train with (on the rule's counts, no multiplicity weights,
+    last-epoch success rates)."""
+    summary: str
+    """One line on the authors' method, for sera.methods.METHODS."""
+    maxrl_variant: bool = True
+    """Whether `<name>-maxrl` (the same counts, MaxRL's advantages with n0 / N_q) is a method."""
+    n_max_factor: int | None = None
+    """The authors' cap on a prompt's rollouts, as a multiple of n0 (None: the config's)."""
+    drop_uniform_groups: bool = False
+    """Whether the authors' update leaves all-0 and all-1 groups out."""
+
+
+_DARS = "arXiv:2508.13755; code: yangzhch6/DARS, ray_dars_trainer.py"
+COMPARED: dict[str, Rule] = _checks.registry(((rule.name, rule) for rule in (
+    Rule("knapsack", knapsack, "#8c564b",
+         "arXiv:2509.25849; code: liziniu/KnapsackRL, verl/trainer/ppo/exploration_utils.py",
+         clipped_grpo_advantages,
+         "Knapsack RL: its allocator on last-epoch rates (cap 16 n0), GRPO (clipped at 5), "
+         "no weights", n_max_factor=16),
+    Rule("gvm", gvm, "#e377c2",
+         "arXiv:2505.02391; code: RLHFlow/GVM, em/stage_2_calc_sample_size.py", raft_advantages,
+         "GVM-RAFT: N ~ 1 / sqrt(p + 0.001 / p) on last-epoch rates, rejection sampling, "
+         "no weights"),
+    Rule("dars-hw", partial(dars, schedule="hw"), "#17becf", _DARS,
+         partial(rl2ml_advantages, alpha=0.0),
+         "DARS-HW matched to the budget from last-epoch rates, A = r - mean, all-0 and all-1 "
+         "groups dropped, no weights", drop_uniform_groups=True),
+    Rule("dars-et", partial(dars, schedule="et"), "#bcbd22", _DARS,
+         partial(rl2ml_advantages, alpha=0.0),
+         "DARS-ET matched to the budget from last-epoch rates, A = r - mean, all-0 and all-1 "
+         "groups dropped, no weights", maxrl_variant=False, drop_uniform_groups=True),
+)), "allocation rule")
+"""The one-shot rules SERA is compared with, each registered once, by name."""
+
+BASELINE_RULES = {name: rule.counts for name, rule in COMPARED.items()}
 """The one-shot rules SERA is compared with: name -> (p, budget, n_min, n_max, n0) -> counts."""
 
 

@@ -44,7 +44,7 @@ class Allocation:
         fallback: True when the safeguard found no prefix meeting u_min and kept the top
             capacity-minimal set, or when a batch fell back to uniform counts.
         rule: what set the counts: a rule of sera.allocation.RULES ("paper" or "exact", the
-            waterline and its rounding; "uniform"; "knapsack", "gvm", "dars-hw", "dars-et"),
+            waterline and its rounding; "uniform"; the compared rules, sera.baselines.COMPARED),
             "cero" (a stateful allocator), "evidence-waterline" (sera.evidence), or a protocol
             that samples in rounds ("dynamic", "two-stage", "probe-commit").
         n0: the reference count in the weights.

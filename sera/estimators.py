@@ -137,6 +137,18 @@ def grpo_advantages(rewards, groups=None, eps: float = 1e-6, unbiased: bool = Tr
     return xp.where(size > 1, centered / scale, xp.zeros_like(centered))
 
 
+def raft_advantages(rewards, groups=None, *, sizes=None):
+    """Rejection sampling (RAFT, as GVM-RAFT trains): the successful responses are trained on,
+    A_i = r_i."""
+    return rewards
+
+
+def clipped_grpo_advantages(rewards, groups=None, *, sizes=None, bound: float = 5.0):
+    """GRPO advantages clipped to [-bound, bound], as Knapsack RL trains."""
+    advantages = grpo_advantages(rewards, groups, sizes=sizes)
+    return advantages.clip(-bound, bound)
+
+
 def rloo_advantages(rewards, groups=None, *, sizes=None):
     """RLOO advantages r_i - mean of the other responses of the group = n/(n-1) (r_i - mean_g).
     rewards (R,), groups (R,) or sizes (B,); returns (R,).

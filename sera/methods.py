@@ -28,7 +28,7 @@ import numpy as np
 
 from sera import _checks
 from sera.allocation import Allocation, allocate, from_counts, uniform
-from sera.baselines import CeroAllocator
+from sera.baselines import COMPARED, CeroAllocator
 from sera.estimators import (
     grpo_advantages,
     maxrl_advantages,
@@ -59,11 +59,11 @@ class Method:
     estimates: str
     """Where the success estimates come from: none, exact (the task knows p) or history."""
     allocator: str
-    """How the method gets its counts: a rule of sera.allocation.RULES (uniform: n0 each;
-    knapsack, gvm, dars-hw, dars-et), waterline (SERA: the waterline rule the AllocatorConfig's
-    rounding names, paper or exact), none (no rollouts: the exact likelihood), cero (stateful),
-    reweight (uniform counts, responses weighted 1 / kappa(p_hat, n0)) or sequential (its
-    protocol sets the counts)."""
+    """How the method gets its counts: a rule of sera.allocation.RULES (uniform: n0 each, or a
+    compared rule of sera.baselines.COMPARED), waterline (SERA: the waterline rule the
+    AllocatorConfig's rounding names, paper or exact), none (no rollouts: the exact
+    likelihood), cero (stateful), reweight (uniform counts, responses weighted
+    1 / kappa(p_hat, n0)) or sequential (its protocol sets the counts)."""
     advantages: Callable | None
     """Per-response advantages from (rewards, sizes=group sizes); None for the exact loss."""
     summary: str
@@ -125,17 +125,6 @@ class Method:
         return self.selection or None
 
 
-def raft_advantages(rewards, groups=None, *, sizes=None):
-    """Rejection sampling (RAFT): the successful responses are trained on, A_i = r_i."""
-    return rewards
-
-
-def clipped_grpo_advantages(rewards, groups=None, *, sizes=None, bound: float = 5.0):
-    """GRPO advantages clipped to [-bound, bound], as Knapsack RL trains."""
-    advantages = grpo_advantages(rewards, groups, sizes=sizes)
-    return advantages.clip(-bound, bound)
-
-
 def _entries():
     """Every method: the likelihood and uniform baselines, SERA and its variants, then the rules
     SERA is compared with."""
@@ -182,32 +171,20 @@ def _own_entries():
 
 
 def _compared_entries():
-    yield Method("knapsack", "history", "knapsack", clipped_grpo_advantages,
-                 "Knapsack RL: its allocator on last-epoch rates (cap 16 n0), GRPO (clipped at "
-                 "5), no weights", weighted=False, estimator="last-epoch", n_max_factor=16)
-    yield Method("gvm", "history", "gvm", raft_advantages,
-                 "GVM-RAFT: N ~ 1 / sqrt(p + 0.001 / p) on last-epoch rates, rejection "
-                 "sampling, no weights", weighted=False, estimator="last-epoch")
-    yield Method("dars-hw", "history", "dars-hw", partial(rl2ml_advantages, alpha=0.0),
-                 "DARS-HW matched to the budget from last-epoch rates, A = r - mean, all-0 and "
-                 "all-1 groups dropped, no weights", weighted=False, estimator="last-epoch",
-                 drop_uniform_groups=True)
-    yield Method("dars-et", "history", "dars-et", partial(rl2ml_advantages, alpha=0.0),
-                 "DARS-ET matched to the budget from last-epoch rates, A = r - mean, all-0 and "
-                 "all-1 groups dropped, no weights", weighted=False, estimator="last-epoch",
-                 drop_uniform_groups=True)
+    # each registered rule's authors' method, then (after CERO) its MaxRL-weighted variants
+    for rule in COMPARED.values():
+        yield Method(rule.name, "history", rule.name, rule.advantages, rule.summary,
+                     weighted=False, estimator="last-epoch", n_max_factor=rule.n_max_factor,
+                     drop_uniform_groups=rule.drop_uniform_groups)
     yield Method("cero-reconstruction", "history", "cero", maxrl_advantages,
                  "CERO, myopic (reconstruction): posterior variance x saturating utility of "
                  "cumulative rollouts (rate rule's posterior), MaxRL x n0 / N_q",
                  history_rule="rate")
-    yield Method("knapsack-maxrl", "history", "knapsack", maxrl_advantages,
-                 "the knapsack allocation with MaxRL advantages x n0 / N_q",
-                 estimator="last-epoch", n_max_factor=16)
-    yield Method("gvm-maxrl", "history", "gvm", maxrl_advantages,
-                 "the gvm allocation with MaxRL advantages x n0 / N_q", estimator="last-epoch")
-    yield Method("dars-hw-maxrl", "history", "dars-hw", maxrl_advantages,
-                 "the dars-hw allocation with MaxRL advantages x n0 / N_q",
-                 estimator="last-epoch")
+    for rule in COMPARED.values():
+        if rule.maxrl_variant:
+            yield Method(f"{rule.name}-maxrl", "history", rule.name, maxrl_advantages,
+                         f"the {rule.name} allocation with MaxRL advantages x n0 / N_q",
+                         estimator="last-epoch", n_max_factor=rule.n_max_factor)
     yield Method("dapo", "none", "sequential", grpo_advantages,
                  "DAPO dynamic sampling: 3B prompts x n0, keep mixed groups, refill; GRPO",
                  weighted=False, protocol="dynamic")

@@ -18,6 +18,9 @@ from matplotlib.container import Container
 from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
 
+from sera._checks import registry
+from sera.baselines import COMPARED
+
 
 @dataclass(frozen=True)
 class Style:
@@ -31,43 +34,46 @@ class Style:
     (a rule that samples in rounds) or allocation (sera.allocate's own names)."""
 
 
+def _rule_styles():
+    """Each registered rule (sera.baselines.COMPARED) in its colour, solid, and its `-maxrl`
+    variant dashed."""
+    for rule in COMPARED.values():
+        yield rule.name, Style(rule.colour, "-", rule.name, "rule")
+        if rule.maxrl_variant:
+            yield f"{rule.name}-maxrl", Style(rule.colour, "--", f"{rule.name}-maxrl", "rule")
+
+
 # Every method of sera.methods.METHODS and sera.allocation.METHODS, in legend order. A
 # rule and its `-maxrl` variant share a colour; the variant is dashed. The SERA family is red and
 # told apart by lightness and line: the paper's sera solid, sera-oracle light and dash-dotted,
 # the package's rate-rule variant orange-red and dashed, with its strong safeguard dark and dotted,
 # the remedy candidates deep red: the evidence-scaled step dashed, the capped lone success dotted
 # and the evidence-held waterline dash-dotted.
-STYLES = {
-    "ce": Style("#404040", "-", "ce", "estimator"),
-    "maxrl": Style("#1f77b4", "-", "maxrl", "maxrl"),
-    "sera-oracle": Style("#ff9896", "-.", "sera-oracle", "sera"),
-    "sera": Style("#d62728", "-", "sera", "sera"),
-    "sera-rate": Style("#f16913", "--", "sera-rate", "sera"),
-    "sera-rate-safeguard": Style("#67000d", ":", "sera-rate-safeguard", "sera"),
-    "sera-evidence-step": Style("#a50f15", "--", "sera-evidence-step", "sera"),
-    "sera-capped": Style("#a50f15", ":", "sera-capped", "sera"),
-    "sera-evidence-waterline": Style("#a50f15", "-.", "sera-evidence-waterline", "sera"),
-    "grpo": Style("#2ca02c", "-", "grpo", "estimator"),
-    "rloo": Style("#98df8a", "-", "rloo", "estimator"),
-    "reweight": Style("#9467bd", "-", "reweight", "maxrl"),
-    "rl2ml-0.5-reconstruction": Style("#6baed6", "-", "rl2ml-0.5-reconstruction", "estimator"),
-    "rl2ml-2-reconstruction": Style("#08519c", "-", "rl2ml-2-reconstruction", "estimator"),
-    "knapsack": Style("#8c564b", "-", "knapsack", "rule"),
-    "knapsack-maxrl": Style("#8c564b", "--", "knapsack-maxrl", "rule"),
-    "gvm": Style("#e377c2", "-", "gvm", "rule"),
-    "gvm-maxrl": Style("#e377c2", "--", "gvm-maxrl", "rule"),
-    "dars-hw": Style("#17becf", "-", "dars-hw", "rule"),
-    "dars-hw-maxrl": Style("#17becf", "--", "dars-hw-maxrl", "rule"),
-    "dars-et": Style("#bcbd22", "-", "dars-et", "rule"),
-    "cero-reconstruction": Style("#393b79", "-", "cero-reconstruction", "rule"),
-    "dapo": Style("#ff7f0e", "-", "dapo", "sequential"),
-    "dapo-maxrl": Style("#ff7f0e", "--", "dapo-maxrl", "sequential"),
-    "dars-hw-2stage": Style("#9edae5", "-", "dars-hw-2stage", "sequential"),
-    "sara-reconstruction": Style("#637939", "-", "sara-reconstruction", "sequential"),
-    "paper": Style("#ff7f0e", "-", "paper", "allocation"),
-    "exact": Style("#8c1c13", "-", "exact", "allocation"),
-    "uniform": Style("#1f77b4", "-", "uniform", "allocation"),
-}
+STYLES = registry([
+    ("ce", Style("#404040", "-", "ce", "estimator")),
+    ("maxrl", Style("#1f77b4", "-", "maxrl", "maxrl")),
+    ("sera-oracle", Style("#ff9896", "-.", "sera-oracle", "sera")),
+    ("sera", Style("#d62728", "-", "sera", "sera")),
+    ("sera-rate", Style("#f16913", "--", "sera-rate", "sera")),
+    ("sera-rate-safeguard", Style("#67000d", ":", "sera-rate-safeguard", "sera")),
+    ("sera-evidence-step", Style("#a50f15", "--", "sera-evidence-step", "sera")),
+    ("sera-capped", Style("#a50f15", ":", "sera-capped", "sera")),
+    ("sera-evidence-waterline", Style("#a50f15", "-.", "sera-evidence-waterline", "sera")),
+    ("grpo", Style("#2ca02c", "-", "grpo", "estimator")),
+    ("rloo", Style("#98df8a", "-", "rloo", "estimator")),
+    ("reweight", Style("#9467bd", "-", "reweight", "maxrl")),
+    ("rl2ml-0.5-reconstruction", Style("#6baed6", "-", "rl2ml-0.5-reconstruction", "estimator")),
+    ("rl2ml-2-reconstruction", Style("#08519c", "-", "rl2ml-2-reconstruction", "estimator")),
+    *_rule_styles(),
+    ("cero-reconstruction", Style("#393b79", "-", "cero-reconstruction", "rule")),
+    ("dapo", Style("#ff7f0e", "-", "dapo", "sequential")),
+    ("dapo-maxrl", Style("#ff7f0e", "--", "dapo-maxrl", "sequential")),
+    ("dars-hw-2stage", Style("#9edae5", "-", "dars-hw-2stage", "sequential")),
+    ("sara-reconstruction", Style("#637939", "-", "sara-reconstruction", "sequential")),
+    ("paper", Style("#ff7f0e", "-", "paper", "allocation")),
+    ("exact", Style("#8c1c13", "-", "exact", "allocation")),
+    ("uniform", Style("#1f77b4", "-", "uniform", "allocation")),
+], "method style")
 
 
 def method_style(name: str) -> Style:

@@ -30,16 +30,13 @@ from sera import runstore
 from sera._checks import registry
 from sera.tables import Results
 from sera.trainers import classification, grid, maze
+from sera.trainers.presets import builder
 
 FACTORS = (10**-0.5, 1.0, 10**0.5)
 """Learning rates as factors of the preset's: three values spanning 10x."""
 STUDY_DIR = runstore.STUDY_DIR
 RUNS_DIR = runstore.RUNS_ROOT / "tuning"
 KEPT_METRICS = ("val_pass", "pass", "tune_pass", "rollouts", "stopped", "cosine")
-
-
-BUILDERS = {"digits": classification.ClassificationStudy, "maze": maze.build}
-"""Each task's study from its configuration."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +97,7 @@ def sweep(name: str) -> Sweep:
 
 def run(s: Sweep, runs_dir=RUNS_DIR, progress: bool = True) -> Results:
     """Train (or resume, or read back) every run, storing the finished ones after each."""
-    grid.run_grid(s.configs(runs_dir), BUILDERS[s.task], progress=progress,
+    grid.run_grid(s.configs(runs_dir), builder(s.task), progress=progress,
                   after_each=lambda: store(s, runs_dir), share=True, desc=s.name)
     return load(s.name)
 

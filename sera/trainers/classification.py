@@ -32,8 +32,9 @@ from sera.passk import k_grid, pass_at_k_analytic
 from sera.tasks.classification import fetch, hold_out, load_data
 from sera.trainers import checkpoint, cli, grid, label_rollouts, loop, steps
 from sera.trainers.config import AllocatorConfig, RunConfig, as_dict, from_dict
+from sera.trainers.presets import register_task
 
-__all__ = ["AllocatorConfig", "ClassificationConfig", "ClassificationStudy", "PRESETS",
+__all__ = ["AllocatorConfig", "ClassificationConfig", "ClassificationStudy", "PRESETS", "build",
            "history_snapshot", "main", "run_grid", "supported", "train"]
 
 ClassificationMethod = Literal[supported(exact=True)]
@@ -87,7 +88,7 @@ class ClassificationConfig(RunConfig):
             raise ValueError(f"tune_fraction must be in [0, 1), got {self.tune_fraction}")
 
 
-PRESETS = {
+PRESETS = register_task("digits", {
     "fast": ClassificationConfig(),
     "long": ClassificationConfig(steps=3000, eval_every=100, cosine_every=10,
                                  checkpoint_every=500),
@@ -95,7 +96,7 @@ PRESETS = {
                                   lr=0.1, steps=100_000, eval_every=2000, cosine_every=200,
                                   checkpoint_every=2000,
                                   allocator=AllocatorConfig(n_max_factor=8)),
-}
+}, trainer=__name__)
 
 
 class ClassificationStudy:
@@ -264,6 +265,11 @@ def _targets(dataset) -> np.ndarray:
     if hasattr(dataset, "targets"):
         return np.asarray(dataset.targets)
     return np.array([int(dataset[i][1]) for i in range(len(dataset))])
+
+
+def build(config: ClassificationConfig) -> ClassificationStudy:
+    """A run's study from its configuration: the task's builder (sera.trainers.presets.TASKS)."""
+    return ClassificationStudy(config)
 
 
 def train(config: ClassificationConfig, callback=None) -> loop.Results:

@@ -1,20 +1,28 @@
-"""The sequence studies' run configurations and presets, apart from the code that runs them.
+"""The tasks' run configurations and presets, apart from the code that runs them.
 
 `SequenceConfig` (the RL stage every sequence task shares), `MathConfig` and `MazeConfig` with
-their presets, and where a run's warm-up lives. Nothing here loads torch: the confirmation
-points (sera.studies.confirm) name, find and compare runs through these configs without loading a
-model; the runners (sera.trainers.sequence, .math, .maze) build and train them.
+their presets, the task table (`register_task`, `TASKS`, `builder`) and where a run's warm-up
+lives. Nothing here loads torch: the confirmation points (sera.studies.confirm) name, find and
+compare runs through these configs without loading a model; the runners (sera.trainers.sequence,
+.math, .maze) build and train them.
+
+A task is one call, `PRESETS = register_task(name, {preset: config, ...}, trainer=...)`, beside
+its configuration class: its presets, and the module whose `build(config)` makes a run's study,
+imported only when a run is built. The confirmation points, the tuning sweeps and the difficulty
+profiles find every task there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from sera import runstore
+from sera._checks import registry
 from sera.methods import supported
 from sera.trainers.config import AllocatorConfig, RunConfig
 
@@ -168,7 +176,52 @@ _PAPER = dict(n0=128, batch_size=256, lr=1e-5, max_new_tokens=2048, temperature=
 _QWEN = {**_PAPER, "n0": 16, "lr": 1e-6, "max_new_tokens": 4096, "grad_clip": 0.3,
          "kv_cache_gib": 24.0, "micro_batch": 16}
 
-MATH_PRESETS = {
+@dataclass(frozen=True)
+class Task:
+    """A registered task: its presets (name -> configuration) and its trainer, the module whose
+    `build(config)` makes a run's study."""
+
+    name: str
+    presets: dict
+    trainer: str
+
+    @property
+    def sequence(self) -> bool:
+        """Whether its runs are sequence runs (a warm-up, then RL on sampled responses), which
+        the confirmation points can register."""
+        return all(isinstance(config, SequenceConfig) for config in self.presets.values())
+
+
+TASKS: dict[str, Task] = {}
+"""Every registered task, by name, in the order registered (`register_task`)."""
+
+
+def register_task(name: str, presets: dict, trainer: str | None = None) -> dict:
+    """Register a task and return its presets (`PRESETS = register_task("maze", {...})`).
+
+    trainer: the module whose `build(config)` makes a run's study (default sera.trainers.<name>),
+    imported only when a run is built. A name registered twice or a task without presets is
+    refused: a table never keeps the last of two entries without a word."""
+    if not presets:
+        raise ValueError(f"task {name!r} has no presets")
+    entry = Task(name, dict(presets), trainer or f"sera.trainers.{name}")
+    TASKS.update(registry([*TASKS.items(), (name, entry)], "task"))
+    return entry.presets
+
+
+def builder(task: str):
+    """The `build` of a registered task, its trainer imported now (and torch with it)."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {tuple(TASKS)}, got {task!r}")
+    return importlib.import_module(TASKS[task].trainer).build
+
+
+def sequence_tasks() -> dict[str, Task]:
+    """The registered sequence tasks (those a confirmation point can register), by name."""
+    return {name: task for name, task in TASKS.items() if task.sequence}
+
+
+MATH_PRESETS = register_task("math", {
     "fast": MathConfig(steps=40, n0=4, batch_size=16, max_new_tokens=48, eval_every=20,
                        eval_samples=8, val_k=(1, 8), final_samples=32,
                        warmup_steps=250, warmup_lr=3e-3, lr=2e-4),
@@ -178,7 +231,7 @@ MATH_PRESETS = {
     "smollm2-gsm8k": MathConfig(steps=2000, final_samples=256, **_PAPER),
     "qwen2.5-math-1.5b": MathConfig(steps=600, final_samples=512, **_QWEN),
     "qwen3-4b-base": MathConfig(steps=1000, final_samples=512, **_QWEN),
-}
+})
 
 
 @dataclass(frozen=True)
@@ -205,18 +258,14 @@ class MazeConfig(SequenceConfig):
         return {**fields, "n_tune": self.n_tune} if self.n_tune else fields
 
 
-MAZE_PRESETS = {
+MAZE_PRESETS = register_task("maze", {
     "fast": MazeConfig(steps=80),
     "long": MazeConfig(steps=400, n_train=800, n_val=200, final_samples=256),
     "paper": MazeConfig(size=17, n_train=7424, n_val=400, width=256, layers=4, n0=128,
                         batch_size=64, steps=3000, max_new_tokens=160, eval_every=250,
                         eval_samples=128, val_k=(1, 16, 128), final_samples=1024,
                         checkpoint_every=250, micro_batch=512, warmup_steps=2000),
-}
-
-PRESETS = {"math": MATH_PRESETS, "maze": MAZE_PRESETS}
-"""Each sequence task's presets, by task name: a new task is one entry (its trainer is
-sera.trainers.<task>, whose `build` makes a run's study)."""
+})
 
 
 def warmup_fingerprint(config: SequenceConfig) -> str | None:

@@ -10,7 +10,6 @@ and torch, imported when a profile is measured.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import tempfile
 
 import numpy as np
@@ -39,7 +38,7 @@ def measure_profiles(samples: int = 32, out=PROFILES_FILE, progress: bool = True
     import torch
 
     from sera.trainers import classification
-    from sera.trainers.presets import PRESETS
+    from sera.trainers.presets import builder, sequence_tasks
 
     start = time.time()
     parts = []
@@ -49,11 +48,10 @@ def measure_profiles(samples: int = 32, out=PROFILES_FILE, progress: bool = True
         parts.append(pd.DataFrame({"study": "digits", "prompt": np.arange(study.n_prompts),
                                    "p": study.exact_p(np.arange(study.n_prompts)),
                                    "samples": np.nan}))
-        for name in PRESETS:  # every sequence task, its trainer sera.trainers.<task>
-            module = importlib.import_module(f"sera.trainers.{name}")
-            config = dataclasses.replace(module.PRESETS["fast"], out=f"{folder}/{name}",
+        for name, task in sequence_tasks().items():  # every registered sequence task
+            config = dataclasses.replace(task.presets["fast"], out=f"{folder}/{name}",
                                          device="cpu", progress=progress)
-            p = measure_profile(config, module.build, samples)
+            p = measure_profile(config, builder(name), samples)
             parts.append(pd.DataFrame({"study": name, "prompt": np.arange(p.size),
                                        "p": p, "samples": samples}))
     table = pd.concat(parts, ignore_index=True)

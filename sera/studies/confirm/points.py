@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from sera import runstore
-from sera.trainers import grid
-from sera.trainers.presets import PRESETS, SequenceConfig
+from sera.trainers import grid, presets
+from sera.trainers.presets import SequenceConfig, sequence_tasks
 
 try:
     import tomllib
@@ -24,12 +23,13 @@ def default_runs_dir() -> Path:
 
 
 def builder(task: str):
-    """The `build` of a point's task (a key of sera.trainers.presets.PRESETS): its trainer
-    sera.trainers.<task>, and torch with it, loads only when a run is built, so that reading and
-    comparing stored runs never loads a model."""
-    if task not in PRESETS:
-        raise ValueError(f"task must be one of {tuple(PRESETS)}, got {task!r}")
-    return importlib.import_module(f"sera.trainers.{task}").build
+    """The `build` of a point's task (a sequence task of sera.trainers.presets.TASKS): its
+    trainer, and torch with it, loads only when a run is built, so that reading and comparing
+    stored runs never loads a model."""
+    tasks = sequence_tasks()
+    if task not in tasks:
+        raise ValueError(f"task must be one of {tuple(tasks)}, got {task!r}")
+    return presets.builder(task)
 
 
 @dataclass(frozen=True)
@@ -139,10 +139,10 @@ def load_point(path) -> Point:
     path = Path(path)
     with open(path, "rb") as handle:
         entry = tomllib.load(handle)
-    task = entry["task"]
-    if task not in PRESETS:
-        raise ValueError(f"{path}: task must be one of {tuple(PRESETS)}, got {task!r}")
-    config = dataclasses.replace(PRESETS[task][entry["preset"]], **entry.get("config", {}))
+    task, tasks = entry["task"], sequence_tasks()
+    if task not in tasks:
+        raise ValueError(f"{path}: task must be one of {tuple(tasks)}, got {task!r}")
+    config = dataclasses.replace(tasks[task].presets[entry["preset"]], **entry.get("config", {}))
     arms = tuple(Arm(arm["method"], arm.get("u_min"), tuple(arm.get("changes", {}).items()),
                      arm.get("tag", ""), arm.get("expect", ""), arm.get("every_seed", False))
                  for arm in entry["arms"])
