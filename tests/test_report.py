@@ -248,3 +248,12 @@ def test_the_readmes_tuned_reading_holds_on_the_stored_sweep():
     cells = sweep.cells(name)
     large = cells[cells["k"] == 32].set_index(["method", "multiplier"])["mean"]
     assert large["maxrl"].max() < large[("sera", 0.5)]
+
+
+def test_no_simulator_prediction_for_a_method_that_sets_its_own_step():
+    table = report.point_table("math-n0-4-640-avx2")
+    stepped = table[table["arm"] == "sera-evidence-step"]
+    assert len(stepped) and stepped["predicted"].isna().all()
+    assert not any(", as predicted" in v or "not as predicted" in v for v in stepped["verdict"])
+    stored = confirm.read_prediction("math-n0-4-640-avx2")
+    assert (stored["arm"] == "sera-evidence-step").any()  # stored before the runs, not shown

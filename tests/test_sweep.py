@@ -99,3 +99,15 @@ def test_a_point_whose_arms_change_more_than_the_step_is_no_sweep():
     with pytest.raises(ValueError, match="not only the learning rate"):
         sweep.multipliers("math-n0-4-320-avx2")
     assert isinstance(sweep.half(pd.Series([0, 1, 2])), np.ndarray)
+
+
+def test_the_tuned_comparison_waits_for_each_method_s_whole_grid(monkeypatch):
+    picks = sweep.chosen(POINT).set_index("method")
+    # maxrl ran one step more than sera (0.25x, added when its choice sat at the grid's edge)
+    assert picks.loc["maxrl", "registered"] == 6 and picks.loc["sera", "registered"] == 5
+    assert (picks["cells"] == picks["registered"]).all() and not picks["at_edge"].any()
+    assert not sweep.tuned(POINT).empty
+    partial = picks.reset_index().assign(cells=lambda t: t["cells"] - (t["method"] == "sera"))
+    monkeypatch.setattr(sweep, "chosen", lambda name: partial)
+    with pytest.raises(ValueError, match=r"whole registered grid.*sera \(4 of 5 steps\)"):
+        sweep.tuned(POINT)

@@ -125,7 +125,7 @@ def point_table(name: str) -> pd.DataFrame:
             for g in gains.itertuples():
                 match = prediction[(prediction["arm"] == arm) & (prediction["k"] == g.k)]
                 predicted = float(match["gain"].iloc[0]) \
-                    if control == point.control and len(match) else math.nan
+                    if control == point.control and len(match) and _simulated(arm) else math.nan
                 enough = g.seeds >= MIN_SEEDS
                 unpaired = welch(_per_seed_pass(final, arm, g.k),
                                  _per_seed_pass(final, control, g.k))[1:]
@@ -142,6 +142,14 @@ def point_table(name: str) -> pd.DataFrame:
                     "welch_low": unpaired[0], "welch_high": unpaired[1],
                     "p": paired_p(g.per_seed) if enough else math.nan})
     return pd.DataFrame(rows)
+
+
+def _simulated(arm: str) -> bool:
+    """Whether the simulator's prediction of an arm means anything: not for a method that sets
+    its own step (the simulator takes plain gradient steps on logits, with no optimizer whose
+    step a method could scale); such an arm has the expectation its point registered instead."""
+    method = METHODS.get(arm.split(" ")[0])
+    return method is None or not method.evidence_step
 
 
 BH_LEVEL = 0.05
@@ -283,8 +291,10 @@ an arm that changes a setting also the control with the same change. Verdicts
 evidence of no effect); with a prediction, *as predicted* or *not as predicted* says whether the
 prediction lies inside the interval, and an inconclusive interval that holds the prediction
 neither confirms nor refutes it. Predictions are the simulator's, stored in each
-point's `prediction.csv`; arms that change the training (tagged arms) have a written expectation
-in their point's registration instead. An arm with fewer than 6 seeds shows its per-seed
+point's `prediction.csv`; arms that change the training (tagged arms) and methods that set their
+own step (`sera-evidence-step`: the simulator takes plain gradient steps, with no optimizer whose
+step a method could scale) have a written expectation in their point's registration instead, and
+no prediction here. An arm with fewer than 6 seeds shows its per-seed
 differences and no verdict. The *instruction set* is torch's CPU capability when each run
 started; runs on different ones are different samples of the same experiment. *Also differs in*
 names what else separates an arm from its comparator: a step of another size (a gain then

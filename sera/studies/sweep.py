@@ -80,17 +80,28 @@ def chosen(name: str) -> pd.DataFrame:
     """Each method's step: the multiplier with the highest mean final Pass@1 on SELECT among the
     cells with MIN_SEEDS seeds or more (ties to the smaller step), the rule the point registered
     before its runs. Columns method, multiplier, select_pass1, cells (those it chose among),
-    at_edge (the choice is the grid's smallest or largest step, so the best may lie beyond)."""
+    registered (the method's steps in the point's grid), at_edge (the choice is the grid's
+    smallest or largest step, so the best may lie beyond). A choice among fewer cells than
+    registered is provisional: `tuned` waits for the whole grid."""
     table = cells(name, SELECT, ks=(1,))
-    grid = sorted(set(multipliers(name).values()))
     rows = []
     for method, part in table[table["seeds"] >= MIN_SEEDS].groupby("method"):
         part = part.sort_values("multiplier")
         best = part.loc[part["mean"].idxmax()]  # idxmax keeps the first: the smaller step
+        mine = grid_of(name, method)
         rows.append({"method": method, "multiplier": float(best["multiplier"]),
                      "select_pass1": float(best["mean"]), "cells": len(part),
-                     "at_edge": best["multiplier"] in (grid[0], grid[-1])})
-    return pd.DataFrame(rows, columns=["method", "multiplier", "select_pass1", "cells", "at_edge"])
+                     "registered": len(mine),
+                     "at_edge": best["multiplier"] in (mine[0], mine[-1])})
+    return pd.DataFrame(rows, columns=["method", "multiplier", "select_pass1", "cells",
+                                       "registered", "at_edge"])
+
+
+def grid_of(name: str, method: str) -> list[float]:
+    """The step multipliers a method runs at in the point's registration."""
+    p = point(name)
+    steps = multipliers(name)
+    return sorted({steps[a.name] for a in p.arms if a.method == method})
 
 
 def compare_cells(name: str, treatment: tuple[str, float], control: tuple[str, float],
@@ -123,10 +134,16 @@ def tuned(name: str, treatment: str = "sera", control: str | None = None) -> pd.
     """The treatment at its chosen step against the control (default: the point's) at its own,
     on REPORT."""
     control = control or point(name).control
-    steps = chosen(name).set_index("method")["multiplier"]
+    picks = chosen(name).set_index("method")
+    steps = picks["multiplier"]
     missing = [m for m in (treatment, control) if m not in steps]
     if missing:
         raise ValueError(f"{name}: no cell of {missing} has {MIN_SEEDS} seeds yet")
+    waiting = [f"{m} ({picks.loc[m, 'cells']} of {picks.loc[m, 'registered']} steps)"
+               for m in (treatment, control) if picks.loc[m, "cells"] < picks.loc[m, "registered"]]
+    if waiting:
+        raise ValueError(f"{name}: each method's step is chosen among its whole registered grid, "
+                         f"and not every step has {MIN_SEEDS} seeds yet: {', '.join(waiting)}")
     out = compare_cells(name, (treatment, steps[treatment]), (control, steps[control]))
     return out.assign(treatment=f"{treatment} x{steps[treatment]:g}",
                       control=f"{control} x{steps[control]:g}")
@@ -152,8 +169,8 @@ def account(name: str, control: str | None = None, step: float = 1.3) -> dict:
     training reward and token entropy moved over the second half."""
     control = control or point(name).control
     gap = compare_cells(name, (control, step), (control, 1.0), split="all", ks=(1,))
-    if gap.empty:
-        return {}
+    if gap.empty or min(gap.iloc[0]["seeds"]) < MIN_SEEDS:
+        return {}  # until both cells have their seeds
     metrics = stored_table(name, "metrics")
     evaluations = metrics[(metrics["metric"] == "val_pass") & (metrics["k"] == 1)]
     steps = multipliers(name)
@@ -204,8 +221,9 @@ def section(name: str) -> str:
              pd.DataFrame(wide).to_markdown(index=False, disable_numparse=True), ""]
     if not picks.empty:
         said = "; ".join(f"{r.method} {r.multiplier:g}x (Pass@1 {100 * r.select_pass1:.1f} on "
-                         f"the selection half, among {r.cells} complete steps"
-                         f"{', at the edge of the grid' if r.at_edge else ''})"
+                         f"the selection half, among {r.cells} complete steps of {r.registered}"
+                         f"{', at the edge of the grid' if r.at_edge else ''}"
+                         f"{', provisional' if r.cells < r.registered else ''})"
                          for r in picks.itertuples())
         lines.append(f"Each method's step, chosen on the even held-out prompts: {said}.\n")
     try:
