@@ -15,7 +15,7 @@ QUOTED = [(path, cell) for path in notebooks(ROOT / "notebooks")
 
 
 def test_the_results_notebooks_quote_from_the_stored_runs():
-    assert {path.name[:2] for path, _ in QUOTED} >= {"05", "07"}
+    assert {path.name[:2] for path, _ in QUOTED} >= {"05", "07", "08"}
     assert quotes.stale() == [], "run python -m sera.teaching.quotes"
 
 
@@ -30,7 +30,7 @@ def test_no_quoted_cell_writes_a_decimal_by_hand(path, cell):
 
 
 @pytest.mark.parametrize("path", [p for p in notebooks(ROOT / "notebooks")
-                                  if p.name[:2] in ("05", "07")], ids=lambda p: p.name[:2])
+                                  if p.name[:2] in ("05", "07", "08")], ids=lambda p: p.name[:2])
 def test_no_prose_check_pins_a_decimal(path):
     checks = [c.source for c in nbformat.read(path, as_version=4).cells
               if "prose-check" in c.metadata.get("tags", [])]
@@ -82,3 +82,63 @@ def test_stripping_a_notebook_keeps_its_templates(tmp_path):
     kept = [c for c in nbformat.read(copy, as_version=4).cells
             if quotes.TAG in c.metadata.get("tags", [])]
     assert kept and all("template" in c.metadata.get("sera", {}) for c in kept)
+
+
+def _bracket(gain, low, high, scale=100):
+    return f"{scale * gain:+.1f} [{scale * low:+.1f}, {scale * high:+.1f}]"
+
+
+def test_the_diagnosis_kinds_read_their_tables():
+    """Each diagnosis kind against its table, recomputed here from the stored runs."""
+    import numpy as np
+    from scipy import stats
+
+    from sera.results import paired_gain
+    from sera.studies import screen
+
+    maze = confirm.load("maze-n0-8-long")
+    profile = confirm.profile(confirm.point("maze-n0-8-long"))
+    bands = diagnosis.band_gains(maze.allocations, profile).astype({"band": str})
+    row = bands.set_index(["arm", "band"]).loc[("sera-rate", "never solved")]
+    field = "maze-n0-8-long", "sera-rate@never solved"
+    assert quotes.value("band_bracket", *field) == _bracket(row["gain"], row["low"], row["high"])
+    assert quotes.value("band_rollouts", *field) == f"{row['rollouts']:.1f}"
+    assert quotes.value("band_signal", *field) == f"{100 * row['signal']:.0f}"
+    every = diagnosis.band_gains(maze.allocations).set_index("arm").loc["sera-rate"]
+    assert quotes.value("band_size", "maze-n0-8-long", "sera-rate@all") == \
+        f"{abs(100 * every['gain']):.1f}"
+    cover = diagnosis.coverage(maze.final).set_index(["arm", "share"]).loc[("sera-rate", "solid")]
+    assert quotes.value("cover_bracket", "maze-n0-8-long", "sera-rate@solid") == \
+        _bracket(cover["gain"], cover["low"], cover["high"])
+    # the share of rollouts in mixed groups, by hand from the allocations: per seed and epoch
+    # the rollouts of groups with 0 < successes < rollouts over all, then the mean over seeds
+    mine = maze.allocations[maze.allocations["method"] == "maxrl"].copy()
+    count = "rollouts" if "rollouts" in mine else "n"
+    mine["mixed"] = np.where((mine["successes"] > 0) & (mine["successes"] < mine[count]),
+                             mine[count], 0)
+    shares = mine.groupby(["seed", "epoch"])[["mixed", count]].sum()
+    shares = (shares["mixed"] / shares[count]).groupby("epoch").mean()
+    later = 100 * shares[shares.index >= 4]
+    assert quotes.value("signal_range", "maze-n0-8-long", "maxrl@4") == \
+        f"{later.min():.0f}–{later.max():.0f}"
+    math = confirm.load("math-n0-4-320-avx2")
+    evidence = diagnosis.evidence(math.allocations)
+    assert quotes.value("evidence_second", "math-n0-4-320-avx2", "sera lr-half") == \
+        f"{evidence.loc['sera lr-half', 'second']:.1f}"
+    gap = screen.gaps("math-n0-4-80-avx2").set_index("arm").loc["sera"]
+    assert quotes.value("screen_bracket", "math-n0-4-80-avx2", "sera") == \
+        _bracket(gap["gap"], gap["low"], gap["high"], scale=1)
+    # A vs B: the paired gain of two arms of a point, per seed, with its Student-t interval
+    final = math.final.assign(method=math.final["arm"])
+    per_seed = paired_gain(final, "sera lr-half", "maxrl lr-half", by=(), ks=[1]).iloc[0]
+    per_seed = np.asarray(per_seed["per_seed"])
+    low, high = stats.t.interval(0.95, per_seed.size - 1, loc=per_seed.mean(),
+                                 scale=stats.sem(per_seed))
+    assert quotes.value("bracket", "math-n0-4-320-avx2", "sera lr-half vs maxrl lr-half", 1) == \
+        _bracket(per_seed.mean(), low, high)
+    drift = diagnosis.drift(confirm.load("math-n0-4-long").metrics, "response_length", None)
+    drift = drift.set_index("arm").loc["sera-rate"]
+    assert quotes.value("length_change_bracket", "math-n0-4-long", "sera-rate") == \
+        _bracket(drift["change"], drift["low"], drift["high"], scale=1)
+    with pytest.raises(KeyError):
+        quotes.value("band_bracket", "maze-n0-8-long", "sera-rate@no such band")

@@ -2,7 +2,8 @@
 
 A markdown cell tagged `quoted` keeps its text as a template in `metadata["sera"]["template"]`,
 with a field wherever it quotes a stored result; the cell's source is the template filled from
-data/study/. A field is `{kind|point|arm|k}` (k where the kind has one):
+data/study/. A field is `{kind|point|arm|k}` (k where the kind has one; the gains also read the
+digits check, sera.studies.digits, as point digits-n0-16):
 
     gain        the arm's paired gain over MaxRL in points, signed       {gain|maze-n0-8|grpo|32}
     size        the same without its sign ("4.1 points behind")
@@ -16,7 +17,26 @@ data/study/. A field is `{kind|point|arm|k}` (k where the kind has one):
     below       the arm's seeds whose held-out Pass@1 ended below its start    {below|point|arm}
     above       the rest of its seeds
     start, end  the arm's held-out Pass@1 over its runs' first and last evaluations
+    start_pct, end_pct  the same in percent
+    change_bracket  end - start in points with its interval over seeds
     length_start, length_end  the arm's mean response length, in tokens, over the same windows
+    length_change_bracket, length_below  its change with its interval; seeds whose length fell
+
+An arm written "A vs B" (gain, size, interval, bracket, seeds) is A's paired gain over arm B of
+the same point instead of over MaxRL. The diagnosis kinds name a row after "@":
+
+    band_bracket, band_size   an arm's training success minus MaxRL's in the last epoch, in a
+                              warm-up difficulty band ("all", "never solved", "(0, 0.25]", ...)
+                              {band_bracket|maze-n0-8-long|sera-rate@never solved}
+    band_rollouts, band_signal   its rollouts a visit there; the share (%) in mixed groups
+    cover_bracket             held-out share never solved ("unsolved") or solved half the time
+                              ("solid"), minus MaxRL's    {cover_bracket|point|sera-rate@solid}
+    signal_range              the lowest and highest share (%) of the arm's rollouts in mixed
+                              groups over the epochs from the one named (counted from 0)
+    success_first, success_last  its training success rate in the first and last epoch
+    success_change_bracket    last minus first, in points, with its interval over seeds
+    evidence_first, evidence_second  successes in mixed groups a step, each half of the run
+    screen_bracket, screen_gap   the screen's training-reward gap over MaxRL (sera.studies.screen)
 
     python -m sera.teaching.quotes          # fill every quoted cell from the stored runs
     python -m sera.teaching.quotes --check  # exit 1 when a cell's numbers differ from the runs
@@ -34,18 +54,28 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 
+from sera.results import t_half_width
 from sera.teaching.notebook_files import ROOT, notebooks, strip
 
 TAG = "quoted"
+DIAGNOSIS_KINDS = ("band_bracket", "band_size", "band_rollouts", "band_signal", "cover_bracket",
+                   "signal_range", "success_first", "success_last", "success_change_bracket",
+                   "evidence_first",
+                   "evidence_second", "screen_bracket", "screen_gap")
 FIELD = re.compile(r"\{(\w+)\|([^{}|]+)\|([^{}|]+)(?:\|(\d+))?\}")
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+")
 
 
 @functools.cache
 def _compared(point: str):
-    from sera.studies import confirm
+    from sera.studies import confirm, digits
 
+    if point == digits.NAME:  # the regime map's digits check, stored apart from the points
+        table = digits.compare()
+        return table.assign(measured=table["gain"] / 100, low=table["low"] / 100,
+                            high=table["high"] / 100).set_index(["arm", "k"])
     return confirm.compare(point).set_index(["arm", "k"])
 
 
@@ -66,8 +96,76 @@ def _drift(point: str, metric: str):
     return diagnosis.drift(metrics, metric, None).set_index("arm")
 
 
+@functools.cache
+def _versus(point: str, treatment: str, control: str):
+    from sera.results import paired_gain
+    from sera.studies import confirm
+
+    final = confirm.load(point).final
+    table = paired_gain(final.assign(method=final["arm"]), treatment, control, by=(),
+                        ks=(1, 8, 32))
+    return table.rename(columns={"gain": "measured"}).set_index("k")
+
+
+@functools.cache
+def _diagnosis(point: str, what: str):
+    """The point's diagnosis tables, read from its stored runs (trains nothing)."""
+    from sera.studies import confirm, diagnosis, screen
+
+    runs = confirm.load(point)
+    if what == "bands":
+        profile = confirm.profile(confirm.point(point))
+        return pd.concat([diagnosis.band_gains(runs.allocations),
+                          diagnosis.band_gains(runs.allocations, profile)]).astype(
+            {"band": str}).set_index(["arm", "band"])
+    if what == "cover":
+        return diagnosis.coverage(runs.final).set_index(["arm", "share"])
+    if what == "curves":
+        return diagnosis.training_curves(runs.allocations)
+    if what == "evidence":
+        return diagnosis.evidence(runs.allocations)
+    return screen.gaps(point).set_index("arm")
+
+
 def _signed(value: float) -> str:
     return f"{100 * value:+.1f}"
+
+
+def _bracket(gain: float, low: float, high: float, scale: float = 100) -> str:
+    return f"{scale * gain:+.1f} [{scale * low:+.1f}, {scale * high:+.1f}]"
+
+
+def _diagnosed(kind: str, point: str, arm: str) -> str:
+    """A diagnosis kind's text: arm is "<arm>@<row>" where the kind names a row."""
+    arm, _, key = arm.partition("@")
+    if kind.startswith("band_"):
+        row = _diagnosis(point, "bands").loc[(arm, key)]
+        return {"band_bracket": lambda: _bracket(row["gain"], row["low"], row["high"]),
+                "band_size": lambda: f"{abs(100 * row['gain']):.1f}",
+                "band_rollouts": lambda: f"{row['rollouts']:.1f}",
+                "band_signal": lambda: f"{100 * row['signal']:.0f}"}[kind]()
+    if kind == "cover_bracket":
+        row = _diagnosis(point, "cover").loc[(arm, key)]
+        return _bracket(row["gain"], row["low"], row["high"])
+    if kind in ("signal_range", "success_first", "success_last", "success_change_bracket"):
+        curves = _diagnosis(point, "curves")
+        curves = curves[curves["arm"] == arm]
+        means = curves.groupby("epoch")[["success", "signal"]].mean()
+        if kind == "signal_range":
+            shares = 100 * means.loc[means.index >= int(key), "signal"]
+            return f"{shares.min():.0f}–{shares.max():.0f}"
+        if kind == "success_change_bracket":  # last epoch minus first, per seed
+            by_seed = curves.pivot_table(index="seed", columns="epoch", values="success")
+            fall = by_seed[by_seed.columns.max()] - by_seed[by_seed.columns.min()]
+            half = float(t_half_width(fall.std(ddof=1), len(fall)))
+            return _bracket(fall.mean(), fall.mean() - half, fall.mean() + half)
+        return f"{means['success'].iloc[0 if kind == 'success_first' else -1]:.2f}"
+    if kind in ("evidence_first", "evidence_second"):
+        return f"{_diagnosis(point, 'evidence').loc[arm, kind.split('_')[1]]:.1f}"
+    row = _diagnosis(point, "screen").loc[arm]  # screen_bracket, screen_gap: already in points
+    if kind == "screen_gap":
+        return f"{row['gap']:+.1f}"
+    return _bracket(row["gap"], row["low"], row["high"], scale=1)
 
 
 def value(kind: str, point: str, arm: str, k: int | None = None) -> str:
@@ -81,21 +179,35 @@ def value(kind: str, point: str, arm: str, k: int | None = None) -> str:
                 "predicted_size": lambda: f"{abs(100 * float(row['gain'])):.1f}",
                 "seeds_needed": lambda: f"{int(row['seeds_needed'])}"}[kind]()
     if kind in ("gain", "size", "interval", "bracket", "seeds"):
-        row = _compared(point).loc[(arm, k or 1)]
+        if " vs " in arm:
+            row = _versus(point, *arm.split(" vs ")).loc[k or 1]
+        else:
+            row = _compared(point).loc[(arm, k or 1)]
         gain, low, high = (float(row[c]) for c in ("measured", "low", "high"))
         return {"gain": lambda: _signed(gain),
                 "size": lambda: f"{abs(100 * gain):.1f}",
                 "interval": lambda: f"{_signed(low)} to {_signed(high)}",
                 "bracket": lambda: f"{_signed(gain)} [{_signed(low)}, {_signed(high)}]",
                 "seeds": lambda: f"{int(row['seeds'])}"}[kind]()
-    if kind in ("below", "above", "start", "end"):
+    if kind in ("below", "above", "start", "end", "start_pct", "end_pct", "change_bracket"):
         row = _drift(point, "val_pass").loc[arm]
         below = round(float(row["below"]) * int(row["seeds"]))
         if kind in ("below", "above"):
             return f"{below if kind == 'below' else int(row['seeds']) - below}"
+        if kind == "change_bracket":
+            return _bracket(row["change"], row["low"], row["high"])
+        if kind.endswith("_pct"):
+            return f"{100 * float(row[kind[:-4]]):.1f}"
         return f"{float(row[kind]):.2f}"
-    if kind in ("length_start", "length_end"):
-        return f"{float(_drift(point, 'response_length').loc[arm, kind.split('_')[1]]):.0f}"
+    if kind.startswith("length_"):
+        row = _drift(point, "response_length").loc[arm]
+        if kind == "length_change_bracket":
+            return _bracket(row["change"], row["low"], row["high"], scale=1)
+        if kind == "length_below":
+            return f"{round(float(row['below']) * int(row['seeds']))}"
+        return f"{float(row[kind.split('_')[1]]):.0f}"
+    if kind in DIAGNOSIS_KINDS:
+        return _diagnosed(kind, point, arm)
     raise KeyError(f"unknown field kind {kind!r}")
 
 
