@@ -15,7 +15,7 @@ QUOTED = [(path, cell) for path in notebooks(ROOT / "notebooks")
 
 
 def test_the_results_notebooks_quote_from_the_stored_runs():
-    assert {path.name[:2] for path, _ in QUOTED} >= {"05", "07", "08"}
+    assert {path.name[:2] for path, _ in QUOTED} >= {"05", "06", "07", "08"}
     assert quotes.stale() == [], "run python -m sera.teaching.quotes"
 
 
@@ -30,11 +30,23 @@ def test_no_quoted_cell_writes_a_decimal_by_hand(path, cell):
 
 
 @pytest.mark.parametrize("path", [p for p in notebooks(ROOT / "notebooks")
-                                  if p.name[:2] in ("05", "07", "08")], ids=lambda p: p.name[:2])
+                                  if p.name[:2] in ("05", "06", "07", "08")],
+                         ids=lambda p: p.name[:2])
 def test_no_prose_check_pins_a_decimal(path):
-    checks = [c.source for c in nbformat.read(path, as_version=4).cells
+    checks = [_code(c.source) for c in nbformat.read(path, as_version=4).cells
               if "prose-check" in c.metadata.get("tags", [])]
     assert checks and all(quotes.loose_decimals(source) == [] for source in checks)
+
+
+def _code(source: str) -> str:
+    """A cell's code without its strings and comments (a method named rl2ml-0.5-... is not a
+    pinned number)."""
+    import io
+    import tokenize
+
+    kept = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type not in (tokenize.STRING, tokenize.COMMENT)]
+    return " ".join(kept)
 
 
 def test_each_field_kind_reads_its_table():
@@ -142,3 +154,39 @@ def test_the_diagnosis_kinds_read_their_tables():
         _bracket(drift["change"], drift["low"], drift["high"], scale=1)
     with pytest.raises(KeyError):
         quotes.value("band_bracket", "maze-n0-8-long", "sera-rate@no such band")
+
+
+def test_the_tuning_kinds_read_the_stored_sweeps():
+    """A method's gain over sera-rate with each at its own best rate, recomputed here from the
+    sweep's final table: the best rate by mean tuning Pass@1, then per-seed paired gains."""
+    import numpy as np
+    from scipy import stats
+
+    from sera.studies import tuning
+
+    results = tuning.load("maze-lr")
+    tune = results.metrics[(results.metrics["metric"] == "tune_pass")
+                           & (results.metrics["k"] == 1)]
+    last = tune[tune["step"] == tune.groupby(["method", "lr", "seed"])["step"].transform("max")]
+    best = last.groupby(["method", "lr"])["value"].mean().groupby("method").idxmax()
+    best = {method: lr for method, (_, lr) in best.items()}
+    assert quotes.value("best_lr", "maze-lr", "knapsack") == f"{best['knapsack']:.4g}"
+    final = results.final
+    runs = {m: final[(final["method"] == m) & (final["lr"] == best[m])] for m in ("dapo",
+                                                                               "sera-rate")}
+    per_seed = []
+    for seed in sorted(set(runs["dapo"]["seed"]) & set(runs["sera-rate"]["seed"])):
+        a, b = (runs[m][runs[m]["seed"] == seed].sort_values("prompt") for m in runs)
+        per_seed.append(np.mean(a["correct"].to_numpy() / a["n"].to_numpy()
+                                - b["correct"].to_numpy() / b["n"].to_numpy()))
+    per_seed = np.array(per_seed)
+    low, high = stats.t.interval(0.95, per_seed.size - 1, loc=per_seed.mean(),
+                                 scale=stats.sem(per_seed))
+    assert quotes.value("tuned_bracket", "maze-lr", "dapo", 1) == \
+        _bracket(per_seed.mean(), low, high)
+    stopped = tuning.load("digits-lr").metrics
+    stopped = stopped[stopped["metric"] == "stopped"]
+    assert quotes.value("stopped", "digits-lr", "dapo+dapo-maxrl") == \
+        f"{stopped['method'].isin(['dapo', 'dapo-maxrl']).sum()}"
+    assert quotes.value("stopped_last", "digits-lr", "dapo+dapo-maxrl") == \
+        f"{stopped['step'].max()}"

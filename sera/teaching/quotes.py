@@ -38,6 +38,16 @@ the same point instead of over MaxRL. The diagnosis kinds name a row after "@":
     evidence_first, evidence_second  successes in mixed groups a step, each half of the run
     screen_bracket, screen_gap   the screen's training-reward gap over MaxRL (sera.studies.screen)
 
+The tuning sweeps of notebook 06 (sera.studies.tuning: digits-lr, maze-lr) give, with the
+sweep's name in the point's place, a method's gain over `sera-rate` in points with each method
+at its own best rate (tuned_bracket, tuned_size, tuned_interval) or every method at the sweep's
+shared rate (shared_bracket, shared_size, shared_interval; the rate: {shared_lr|sweep|all}),
+its chosen rate (best_lr), its runs
+and how many stopped early (runs, stopped: methods joined by "+" count together; stopped_first,
+stopped_last: the earliest and latest step a run stopped at) and its
+rollouts per run at its best rate (rollouts)
+    {tuned_bracket|maze-lr|knapsack|1}    {best_lr|digits-lr|sera-rate}
+
     python -m sera.teaching.quotes          # fill every quoted cell from the stored runs
     python -m sera.teaching.quotes --check  # exit 1 when a cell's numbers differ from the runs
 
@@ -64,6 +74,9 @@ DIAGNOSIS_KINDS = ("band_bracket", "band_size", "band_rollouts", "band_signal", 
                    "signal_range", "success_first", "success_last", "success_change_bracket",
                    "evidence_first",
                    "evidence_second", "screen_bracket", "screen_gap")
+TUNING_KINDS = ("tuned_bracket", "tuned_size", "tuned_interval", "shared_bracket", "shared_size",
+                "shared_interval", "best_lr", "shared_lr", "stopped", "stopped_first",
+                "stopped_last", "runs", "rollouts")
 FIELD = re.compile(r"\{(\w+)\|([^{}|]+)\|([^{}|]+)(?:\|(\d+))?\}")
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+")
 
@@ -125,6 +138,54 @@ def _diagnosis(point: str, what: str):
     if what == "evidence":
         return diagnosis.evidence(runs.allocations)
     return screen.gaps(point).set_index("arm")
+
+
+@functools.cache
+def _tuning(name: str):
+    """A stored tuning sweep: its results, each method's chosen rate, and each method's gain over
+    sera-rate at its own best rate and at the sweep's shared rate (K = 1, 8, 16, 64, 128)."""
+    from sera.results import gains_against
+    from sera.studies import tuning
+
+    results = tuning.load(name)
+    chosen = tuning.best(results.metrics)
+    drawn = results.final["n"].min() if "n" in results.final else None  # None: exact p
+    ks = [k for k in (1, 8, 16, 64, 128) if drawn is None or k <= drawn]
+    parts = {"tuned": tuning.at_best(results, chosen),
+             "shared": tuning.at_lr(results, tuning.sweep(name).base.lr)}
+    gains = {how: gains_against(part.final, "sera-rate", by=(), ks=ks).set_index(["method", "k"])
+             for how, part in parts.items()}
+    return results, chosen.set_index("method"), gains, parts["tuned"]
+
+
+def _tuned(kind: str, name: str, method: str, k: int | None) -> str:
+    results, chosen, gains, tuned = _tuning(name)
+    if kind == "best_lr":
+        return f"{float(chosen.loc[method, 'best lr']):.4g}"
+    if kind == "shared_lr":  # the sweep's shared rate, whatever the method field says
+        from sera.studies import tuning
+
+        return f"{tuning.sweep(name).base.lr:.4g}"
+    if kind in ("stopped", "runs"):  # method: one name, or several joined by "+"
+        methods = method.split("+")
+        if kind == "runs":
+            runs = results.final[results.final["method"].isin(methods)]
+            return f"{len(runs.groupby(['method', 'lr', 'seed']))}"
+        stopped = results.metrics[results.metrics["metric"] == "stopped"]
+        return f"{int(stopped['method'].isin(methods).sum())}"
+    if kind in ("stopped_first", "stopped_last"):  # the earliest and latest step stopped at
+        stopped = results.metrics[(results.metrics["metric"] == "stopped")
+                                  & results.metrics["method"].isin(method.split("+"))]
+        return f"{int(stopped['step'].min() if kind == 'stopped_first' else stopped['step'].max())}"
+    if kind == "rollouts":  # at the method's own best rate, per run
+        drawn = tuned.metrics[(tuned.metrics["metric"] == "rollouts")
+                              & (tuned.metrics["method"] == method)]
+        return f"{drawn.groupby('seed')['value'].sum().mean():,.0f}"
+    how, shape = kind.split("_")
+    row = gains[how].loc[(method, k or 1)]
+    return {"bracket": lambda: _bracket(row["gain"], row["low"], row["high"]),
+            "size": lambda: f"{abs(100 * row['gain']):.1f}",
+            "interval": lambda: f"{_signed(row['low'])} to {_signed(row['high'])}"}[shape]()
 
 
 def _signed(value: float) -> str:
@@ -208,6 +269,8 @@ def value(kind: str, point: str, arm: str, k: int | None = None) -> str:
         return f"{float(row[kind.split('_')[1]]):.0f}"
     if kind in DIAGNOSIS_KINDS:
         return _diagnosed(kind, point, arm)
+    if kind in TUNING_KINDS:
+        return _tuned(kind, point, arm, k)
     raise KeyError(f"unknown field kind {kind!r}")
 
 
