@@ -5,9 +5,11 @@ Usage: python benchmarks/two_commands.py [--keep] [--targets figures test]
 
 Clones the committed HEAD into a temporary folder, runs `make figures` then `make test` there
 (each sets up .venv/ on first use, so the first command pays for the set-up), and prints each
-command's wall time against its goal (figures 600 s, test 1,200 s on two idle cores), the
-notebooks' own times from `make figures`, the stages of `make test` (the time from one recipe
-line to the next) and the slowest tests, and for each command the machine's busy and idle CPU
+command's wall time against its goal (figures 600 s, test 1,200 s on two idle cores), torch's
+CPU capability in the clone (set ATEN_CPU_CAPABILITY=avx2 to time torch's AVX2 kernels on an
+AVX-512 machine), the notebooks' own times from `make figures`, the stages of `make test` (the
+time from one recipe line to the next), the test files by time and the slowest tests, and for
+each command the machine's busy and idle CPU
 time (from /proc/stat): the busy core-seconds over the core count is the least wall time any
 schedule of that work could take, so it tells a cut of work from a better packing; then the
 tracked files the commands changed (none, where every figure is reproducible). Run it alone:
@@ -90,7 +92,8 @@ def main() -> int:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder / "repo",
                           capture_output=True, text=True).stdout.strip()
     print(f"fresh clone of {head} in {folder / 'repo'}; {os.cpu_count()} cores")
-    env = {**os.environ, "PYTEST_ADDOPTS": "--durations=15"}
+    env = {**os.environ, "PYTEST_ADDOPTS": "--durations=0 --durations-min=0.5"}
+    print(f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '(unset: the CPU best)')}")
     failed = False
     for target in args.targets:
         before = cpu_seconds()
@@ -108,6 +111,11 @@ def main() -> int:
             cores = os.cpu_count()
             print(f"    CPU: {busy:.0f} core-s busy, {idle:.0f} idle; on {cores} cores the busy "
                   f"work alone takes at least {busy / cores:.0f} s")
+        capability = subprocess.run(
+            [".venv/bin/python", "-c", "import torch, numpy; print(torch.backends.cpu."
+             "get_cpu_capability(), torch.__version__, numpy.__version__)"],
+            cwd=folder / "repo", env=env, capture_output=True, text=True).stdout.strip()
+        print(f"    torch's CPU capability, torch and numpy in the clone: {capability or '?'}")
         if target == "figures":
             for _, line in lines:
                 if match := re.match(r"(\S+\.ipynb) done in ([\d.]+) s", line):
@@ -115,10 +123,19 @@ def main() -> int:
         if target == "test":
             for name, seconds in stages(lines, wall):
                 print(f"    {name:48s} {seconds:7.0f} s")
-            slowest = [line for _, line in lines if re.match(r"\s*[\d.]+s (call|setup)", line)]
+            timed_tests = [re.match(r"\s*([\d.]+)s (?:call|setup|teardown)\s+(\S+)", line)
+                           for _, line in lines]
+            timed_tests = [(float(m.group(1)), m.group(2)) for m in timed_tests if m]
+            by_file: dict[str, float] = {}
+            for seconds, test in timed_tests:
+                name = test.split("::")[0]
+                by_file[name] = by_file.get(name, 0.0) + seconds
+            print("    test files by time (calls, setups and teardowns of 0.5 s or more):")
+            for name, seconds in sorted(by_file.items(), key=lambda x: -x[1])[:20]:
+                print(f"      {seconds:7.0f} s  {name}")
             print("    slowest tests:")
-            for line in slowest[:15]:
-                print(f"      {line.strip()}")
+            for seconds, test in sorted(timed_tests, reverse=True)[:20]:
+                print(f"      {seconds:7.1f} s  {test}")
     left = subprocess.run(["git", "status", "--porcelain"], cwd=folder / "repo",
                           capture_output=True, text=True).stdout.splitlines()
     print(f"files the commands left changed in the clone: {len(left)}")
