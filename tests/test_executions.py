@@ -103,3 +103,27 @@ def test_runs_are_fresh_only_where_no_finished_run_lies(tmp_path):
 
 def test_the_checkout_has_a_fingerprint():
     assert executions.fingerprint(Path(__file__).resolve().parents[1]) is not None
+
+
+def test_why_not_names_what_changed_since_the_record(checkout, tmp_path, monkeypatch):
+    monkeypatch.setattr(executions.runstore, "ROOT", checkout)
+    monkeypatch.delenv(executions.RERUN_VARIABLE, raising=False)
+    notebook = checkout / "notebooks" / "01_a.ipynb"
+    output, figures = tmp_path / "out", tmp_path / "figures"
+    output.mkdir()
+    figures.mkdir()
+    (output / notebook.name).write_text('{"cells": []}')
+    (figures / "f.png").write_bytes(b"png")
+    listing = executions.manifest(checkout)
+    executions.record(notebook, output=output, figures=figures, names=[], profile="fast",
+                      fresh=True, seconds=1.0, source=executions.digest(listing),
+                      listing=listing)
+    assert executions.digest(listing) == executions.fingerprint(checkout)
+    assert executions.why_not(notebook, "fast", output) == "reusable"
+    assert "profile" in executions.why_not(notebook, "long", output)
+    (checkout / "sera" / "a.py").write_text("x = 2\n")
+    assert "files ['sera/a.py']" in executions.why_not(notebook, "fast", output)
+    (checkout / "sera" / "a.py").write_text("x = 1\n")
+    monkeypatch.setattr(executions, "_environment", lambda: ["3.11.7", "extra==1.0"])
+    said = executions.why_not(notebook, "fast", output)
+    assert "+['extra==1.0']" in said and "files []" in said

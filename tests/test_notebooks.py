@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -156,6 +157,9 @@ def _execute(path: Path, tmp_path: Path, runs: Path) -> executions.Execution:
     found = executions.reusable(path, "fast")
     if found is not None:
         return found
+    # say why, so that a run after `make figures` that executes a notebook again is explained
+    warnings.warn(f"{path.name} executed here, not reused: "
+                  f"{executions.why_not(path, 'fast')}", stacklevel=1)
     parameters = nbformat.read(path, as_version=4).cells[2].source
     extra = {"runs_dir": str(runs / path.stem)} if "runs_dir" in parameters else None
     runner.run_notebook(path, "fast", figures=tmp_path / "figures", output=tmp_path / "out",

@@ -43,23 +43,39 @@ def _environment() -> list[str]:
     return [platform.python_version(), *sorted(names)]
 
 
-def fingerprint(root: Path | None = None) -> str | None:
-    """SHA-256 of the sources a notebook run depends on and of the environment it ran in, or
-    None outside a git checkout."""
+def manifest(root: Path | None = None) -> dict | None:
+    """What a notebook run depends on: {"files": {path: SHA-256} of the sources, "environment":
+    the Python version and every installed distribution}, or None outside a git checkout."""
     root = Path(root or runstore.ROOT)
     try:
         listed = subprocess.run(["git", "ls-files", "-c", "-o", "--exclude-standard", "-z",
                                  "--", *SOURCES], cwd=root, capture_output=True, check=True)
     except (OSError, subprocess.CalledProcessError):
         return None
-    digest = hashlib.sha256()
+    files = {}
     for name in sorted(set(filter(None, listed.stdout.decode().split("\0")))):
         path = root / name
         if path.is_file() and not path.is_symlink():
-            digest.update(name.encode() + b"\0" + _sha256(path).encode() + b"\0")
-    for line in _environment():
-        digest.update(line.encode() + b"\0")
-    return digest.hexdigest()
+            files[name] = _sha256(path)
+    return {"files": files, "environment": _environment()}
+
+
+def digest(listing: dict | None) -> str | None:
+    """The fingerprint of a manifest (None for none)."""
+    if listing is None:
+        return None
+    hashed = hashlib.sha256()
+    for name, sha in listing["files"].items():
+        hashed.update(name.encode() + b"\0" + sha.encode() + b"\0")
+    for line in listing["environment"]:
+        hashed.update(line.encode() + b"\0")
+    return hashed.hexdigest()
+
+
+def fingerprint(root: Path | None = None) -> str | None:
+    """SHA-256 of the sources a notebook run depends on and of the environment it ran in, or
+    None outside a git checkout."""
+    return digest(manifest(root))
 
 
 def trained_nothing_yet(runs_root: Path | None = None) -> bool:
@@ -74,14 +90,17 @@ def _record_file(output: Path, notebook: Path) -> Path:
 
 
 def record(notebook: Path, *, output: Path, figures: Path, names: list[str], profile: str,
-           fresh: bool, seconds: float, source: str | None) -> Path:
-    """Write the record of one finished execution (see the module's text) beside its copy."""
+           fresh: bool, seconds: float, source: str | None, listing: dict | None = None) -> Path:
+    """Write the record of one finished execution (see the module's text) beside its copy;
+    listing: the manifest whose digest source is, kept so that `why_not` can name what
+    changed."""
     executed = Path(output) / Path(notebook).name
     files = {f"{n}.{ext}": _sha256(Path(figures) / f"{n}.{ext}")
              for n in names for ext in ("png", "pdf")}
     entry = {"fingerprint": source, "profile": profile, "fresh": fresh,
              "seconds": round(seconds, 1), "executed": _sha256(executed),
-             "figures_dir": str(Path(figures).resolve()), "figures": files}
+             "figures_dir": str(Path(figures).resolve()), "figures": files,
+             "manifest": listing}
     path = _record_file(output, notebook)
     runstore.write_json(path, entry)
     return path
@@ -120,3 +139,43 @@ def reusable(notebook: Path, profile: str, output: Path | None = None,
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return Execution(executed, figures) if valid else None
+
+
+def why_not(notebook: Path, profile: str, output: Path | None = None) -> str:
+    """Why `reusable` hands no execution of `notebook` at `profile`: the first condition that
+    fails, and for changed sources or environment what changed (a test prints it when it runs
+    the notebook itself)."""
+    if os.environ.get(RERUN_VARIABLE, "") not in ("", "0"):
+        return f"{RERUN_VARIABLE} is set"
+    output = Path(output or runstore.ROOT / "build" / "notebooks")
+    path = _record_file(output, notebook)
+    if not path.exists():
+        return f"no record {path}"
+    try:
+        entry = json.loads(path.read_text())
+    except ValueError:
+        return f"{path} is not JSON"
+    if entry.get("profile") != profile:
+        return f"recorded at profile {entry.get('profile')!r}, not {profile!r}"
+    if entry.get("fresh") is not True:
+        return "the recorded run read back runs an earlier invocation trained"
+    now = manifest()
+    if now is None:
+        return "not a git checkout"
+    if entry.get("fingerprint") != digest(now):
+        before = entry.get("manifest")
+        if not before:
+            return "the sources or the environment changed (the record keeps no manifest)"
+        files = sorted({n for n in set(before["files"]) | set(now["files"])
+                        if before["files"].get(n) != now["files"].get(n)})
+        gone = sorted(set(before["environment"]) - set(now["environment"]))
+        new = sorted(set(now["environment"]) - set(before["environment"]))
+        return (f"changed since the record: files {files[:6]}, environment -{gone[:6]} "
+                f"+{new[:6]}")
+    executed = output / Path(notebook).name
+    if not executed.exists() or _sha256(executed) != entry.get("executed"):
+        return f"the executed copy {executed} changed or is missing"
+    figures = Path(entry.get("figures_dir", ""))
+    changed = [name for name, sha in entry.get("figures", {}).items()
+               if not (figures / name).exists() or _sha256(figures / name) != sha]
+    return f"figures changed since the record: {changed[:6]}" if changed else "reusable"

@@ -408,7 +408,8 @@ def run_all(selected: list[Path], args) -> int:
         -int(p.name[:2])))
     total = time.perf_counter()
     # what `make test` needs to check these executions rather than repeat them
-    source, fresh = executions.fingerprint(), executions.trained_nothing_yet()
+    listing, fresh = executions.manifest(), executions.trained_nothing_yet()
+    source = executions.digest(listing)
 
     def one(path: Path):
         print(f"{path.name} (profile {args.profile}) ...", flush=True)
@@ -418,7 +419,7 @@ def run_all(selected: list[Path], args) -> int:
             return path, exc
         executions.record(path, output=args.output, figures=args.figures,
                           names=declared_figures(path), profile=args.profile, fresh=fresh,
-                          seconds=seconds, source=source)
+                          seconds=seconds, source=source, listing=listing)
         print(f"{path.name} done in {seconds:.1f} s, figures: "
               f"{', '.join(declared_figures(path))}", flush=True)
         return path, None

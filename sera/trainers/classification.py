@@ -277,10 +277,11 @@ def train(config: ClassificationConfig, callback=None) -> loop.Results:
     return loop.fit(ClassificationStudy(config), callback)
 
 
-def run_grid(base: ClassificationConfig, methods, budgets, seeds, runs_dir,
+def run_grid(base: ClassificationConfig, methods, budgets, seeds, runs_dir, *,
              rerun: bool = False, progress: bool = True, shared=None) -> loop.Results:
-    """Every method x budget x seed (ce once per seed: it samples nothing); shared: the index
-    of finished runs that other grids may read back (sera.trainers.grid.run_grid)."""
+    """Every method x budget x seed (ce once per seed: it samples nothing), through the
+    package's one grid runner, sera.trainers.grid.run_grid, whose keywords these are (rerun;
+    progress; shared: the index of finished runs that other grids may read back)."""
     configs = [dataclasses.replace(base, method=m, n0=n0, seed=s)
                for s in seeds for m in methods for n0 in budgets
                if m != "ce" or n0 == budgets[0]]
@@ -299,8 +300,8 @@ def estimator_study(base: ClassificationConfig, settings: dict, seeds, runs_dir,
     parts = []
     for name, allocator in settings.items():
         config = dataclasses.replace(base, method="sera", allocator=allocator)
-        results = run_grid(config, ["sera"], [base.n0], seeds, Path(runs_dir) / name, rerun,
-                           progress)
+        results = run_grid(config, ["sera"], [base.n0], seeds, Path(runs_dir) / name,
+                           rerun=rerun, progress=progress)
         rule = allocator.for_method(METHODS["sera"]).history_rule
         parts.append(summarize_runs(results.metrics).assign(
             estimator=name, rule=rule, gamma=allocator.history_gamma,

@@ -299,12 +299,13 @@ def train(config: SequenceConfig, build, callback=None) -> loop.Results:
     return loop.fit(build(config), callback)
 
 
-def run_grid(base: SequenceConfig, build, runs, seeds, runs_dir, rerun: bool = False,
-             progress: bool = True, *, shared=None, warmup_dir=None) -> loop.Results:
+def run_grid(base: SequenceConfig, build, runs, seeds, runs_dir, *, rerun: bool = False,
+             progress: bool = True, shared=None, warmup_dir=None) -> loop.Results:
     """Every (method, agg) in `runs` x seed of a sequence study, all from one warm-up in
-    warmup_dir (default runs_dir/warmup); `build` turns a config into its study. Two grids
-    given the same warmup_dir and the same `shared` index (sera.trainers.grid.run_grid) train
-    the warm-up once and read back each other's finished runs of equal settings."""
+    warmup_dir (default runs_dir/warmup), through the package's one grid runner,
+    sera.trainers.grid.run_grid, whose keywords rerun, progress and shared are; `build` turns a
+    config into its study. Two grids given the same warmup_dir and the same `shared` index
+    train the warm-up once and read back each other's finished runs of equal settings."""
     import dataclasses
 
     warmup_dir = Path(warmup_dir) if warmup_dir is not None else runstore.warmup_dir(runs_dir)
