@@ -14,8 +14,8 @@ def pytest_collection_modifyitems(config, items):
     make test's `-n 2 --dist worksteal` they all land in the first worker's half of this order
     (worksteal steals only from the end of a queue), so 06, 07, 04 and 05 run one after another
     there while the other worker takes the quick tests; 05 then reads back the maze runs 06
-    trained. Dealing them to both workers was measured no faster (suite 865 s against 844-869 s),
-    and after `make figures` the executions it checked later were no longer found reusable."""
+    trained. Dealing them to both workers was measured no faster (suite 865 s against 844-869 s).
+    After `make figures` each of them checks the recorded execution instead (a few seconds)."""
     longest = ["06_", "07_", "04_", "05_"]  # notebook run times on two cores, longest first
 
     def key(item):

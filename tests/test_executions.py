@@ -127,3 +127,19 @@ def test_why_not_names_what_changed_since_the_record(checkout, tmp_path, monkeyp
     monkeypatch.setattr(executions, "_environment", lambda: ["3.11.7", "extra==1.0"])
     said = executions.why_not(notebook, "fast", output)
     assert "+['extra==1.0']" in said and "files []" in said
+
+
+def test_the_environment_is_the_installed_one_whatever_sys_path_holds(tmp_path, monkeypatch):
+    # an imported setuptools puts its vendored packages' folder on sys.path: the list must not
+    # change with it, or a test process never matches what `make figures` recorded
+    before = executions._environment()
+    vendored = tmp_path / "_vendor"
+    (vendored / "jaraco.text-4.0.0.dist-info").mkdir(parents=True)
+    (vendored / "jaraco.text-4.0.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: jaraco.text\nVersion: 4.0.0\n")
+    monkeypatch.syspath_prepend(str(vendored))
+    from importlib.metadata import distributions
+
+    assert any(d.metadata["Name"] == "jaraco.text" for d in distributions())  # sys.path sees it
+    assert executions._environment() == before
+    assert any(line.startswith("numpy==") for line in before)

@@ -11,8 +11,8 @@ figure or executed copy changed since) makes the test execute the notebook itsel
 
 The fingerprint covers the checkout's tracked and untracked-but-not-ignored files under sera/,
 notebooks/ and data/ and pyproject.toml (paths and contents), the Python version and the name
-and version of every installed distribution. Outside a git checkout (an installed wheel) there
-is no fingerprint and nothing is reused.
+and version of every distribution installed in the environment's site-packages. Outside a git
+checkout (an installed wheel) there is no fingerprint and nothing is reused.
 """
 
 from __future__ import annotations
@@ -37,9 +37,15 @@ def _sha256(path: Path) -> str:
 
 
 def _environment() -> list[str]:
+    """The Python version and the distributions installed in this environment's own
+    site-packages: not whatever else sys.path holds at the moment (an imported setuptools puts
+    the copies of the packages it vendors there, which made a test process's list differ from
+    the runner's and every notebook run again)."""
+    import sysconfig
     from importlib.metadata import distributions
 
-    names = {f"{d.metadata['Name']}=={d.version}" for d in distributions()}
+    folders = sorted({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})
+    names = {f"{d.metadata['Name']}=={d.version}" for d in distributions(path=folders)}
     return [platform.python_version(), *sorted(names)]
 
 
