@@ -379,16 +379,12 @@ def verdict(gain: float, low: float, high: float, predicted: float = math.nan,
         return f"{seeds} seed{'s' if seeds != 1 else ''}: no verdict"
     if not (math.isfinite(low) and math.isfinite(high)):
         return "no interval"
-    side = "ahead" if low > 0 else "behind" if high < 0 else "inconclusive"
+    ahead, behind, inconclusive = SIDES
+    side = ahead if low > 0 else behind if high < 0 else inconclusive
     if not math.isfinite(predicted):
         return side
     inside = low <= predicted <= high
-    if side == "inconclusive" and inside:
+    if side == inconclusive and inside:
         return side
     return f"{side}, {'as predicted' if inside else 'not as predicted'}"
 
-
-def side(verdict_: str) -> str:
-    """The side (one of SIDES) a verdict states, or "" for one that states none."""
-    first = verdict_.split(",")[0]
-    return first if first in SIDES else ""
