@@ -81,6 +81,18 @@ def _registered_tiny_point(tmp_path, monkeypatch, predicted: bool = True):
     return point
 
 
+def test_the_simulator_predicts_no_arm_that_sets_its_own_step(tmp_path, monkeypatch):
+    # The simulator takes plain gradient steps on logits: a method whose step scales with its
+    # evidence has nothing there to scale, so its arm gets no prediction, and the waterline arm
+    # beside it still does.
+    point = _registered_tiny_point(tmp_path, monkeypatch, predicted=False)
+    point = dataclasses.replace(point, arms=(("maxrl", None), ("sera-rate", None),
+                                             ("sera-evidence-step", None)))
+    profile = np.array([0.0, 0.0, 0.1, 0.3, 0.5, 0.6, 0.9, 1.0])
+    gains = confirm.arm_gains(point, np.tile(profile, (2, 1)), 1.0)
+    assert set(gains["arm"]) == {"sera-rate"}
+
+
 def test_runs_are_stored_as_they_land_and_read_back_with_their_arms(tmp_path, monkeypatch):
     point = _registered_tiny_point(tmp_path, monkeypatch)
     stored_after = []

@@ -97,8 +97,12 @@ def arm_gains(point: Point, starts, lr: float) -> pd.DataFrame:
     control = next(a.method for a in point.arms if a.name == point.control)
     parts = []
     for a in point.arms:
-        if a.name == point.control or METHODS[a.method].allocator != "waterline" or a.changes:
-            continue  # the simulator has no model: an arm that changes the training is not in it
+        method = METHODS[a.method]
+        if a.name == point.control or method.allocator != "waterline" or a.changes \
+                or method.evidence_step:
+            # the simulator has no model of an arm that changes the training or sets its own
+            # step (it takes plain gradient steps on logits, with no optimizer to scale)
+            continue
         base = SimulationConfig(batch_size=config.batch_size, eval_every=config.steps, lr=lr,
                                 ks=ks, allocator=dataclasses.replace(config.allocator,
                                                                      u_min=a.u_min))
