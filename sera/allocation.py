@@ -108,7 +108,7 @@ def _counts(p, budget, lo, hi, rule, n0=None):
     if rule in BASELINE_RULES:
         counts = BASELINE_RULES[rule](p, budget, lo, hi, n0 if n0 is not None else budget / p.size)
         return counts, counts.astype(float), math.nan
-    solution = solve(hazard(p), budget, lo, hi, bracket=rule == "exact")
+    solution = solve(hazard(p), budget, lo, hi)
     if rule == "paper":
         counts = round_paper(solution, budget, hi)
     else:

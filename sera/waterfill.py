@@ -212,6 +212,14 @@ def select_level(h: np.ndarray, lo: int, hi: int, target: int) -> float:
     return float(min(max(lam, start), end))
 
 
+def _level(inner: np.ndarray, lo: int, hi: int):
+    """The interior's level as a function of its budget: from a sort of its hazards
+    (Interior), or from SELECT_FROM prompts on by selection (select_level)."""
+    if inner.size < SELECT_FROM:
+        return Interior(np.sort(inner), lo, hi).level
+    return partial(select_level, inner, lo, hi)
+
+
 @dataclass(frozen=True)
 class Solution:
     """The continuous waterline of one batch, in the batch's order."""
@@ -223,7 +231,6 @@ class Solution:
     inner_budget: int  # the part of the budget the 0 < p < 1 prompts share
     n_inner: int  # prompts with 0 < p < 1
     interior: bool  # the level lies in the interior phase, 0 < lam < inf
-    t_low: float = math.nan  # the level at inner_budget - n_inner (solve(..., bracket=True))
 
     @property
     def lam(self) -> float:
@@ -232,7 +239,7 @@ class Solution:
             else self.lam_scaled
 
 
-def solve(h: np.ndarray, budget: int, lo: int, hi: int, bracket: bool = False) -> Solution:
+def solve(h: np.ndarray, budget: int, lo: int, hi: int) -> Solution:
     """The continuous waterline, in three phases: p = 0 prompts fill first (lam = 0), then the
     interior rises with lam, then p = 1 prompts (lam = inf). The interior's level comes from a
     sort of its hazards (Interior), or from SELECT_FROM prompts on by selection (select_level).
@@ -245,8 +252,6 @@ def solve(h: np.ndarray, budget: int, lo: int, hi: int, bracket: bool = False) -
         Total rollouts, with len(h) * lo <= budget <= len(h) * hi.
     lo, hi : int
         Bounds of every prompt's count (lo >= 2).
-    bracket : bool
-        Also solve the level at len(interior) fewer rollouts, which `round_exact` needs.
     """
     n_zero = int(np.count_nonzero(h == 0))
     n_one = int(np.count_nonzero(h == np.inf))
@@ -259,8 +264,8 @@ def solve(h: np.ndarray, budget: int, lo: int, hi: int, bracket: bool = False) -
         inner = h if n_inner == h.size else inner * 2.0**shift
     inner_budget = budget - n_zero * hi - n_one * lo
 
-    def done(counts, lam, interior=False, t_low=math.nan):
-        return Solution(counts, h, float(lam), shift, inner_budget, n_inner, interior, t_low)
+    def done(counts, lam, interior=False):
+        return Solution(counts, h, float(lam), shift, inner_budget, n_inner, interior)
 
     extra = budget - h.size * lo
     if n_zero and extra <= n_zero * (hi - lo):
@@ -274,17 +279,13 @@ def solve(h: np.ndarray, budget: int, lo: int, hi: int, bracket: bool = False) -
             return done(np.where(h == np.inf, share, float(hi)), math.inf)
         h_max = inner.max() if n_inner else 0.0
         return done(np.where(h == np.inf, float(lo), float(hi)), (hi - 1) * h_max)
-    if n_inner < SELECT_FROM:
-        level = Interior(np.sort(inner), lo, hi).level
-    else:
-        level = partial(select_level, inner, lo, hi)
+    level = _level(inner, lo, hi)
     lam = level(inner_budget)
-    t_low = level(inner_budget - n_inner) if bracket else math.nan
     # With 0 < lam < inf one formula covers every prompt: lam / 0 = inf puts p = 0 at hi and
     # lam / inf = 0 puts p = 1 at lo.
     with np.errstate(divide="ignore", over="ignore"):
         counts = np.clip(1.0 + lam / h, lo, hi)
-    return done(counts, lam, True, t_low)
+    return done(counts, lam, True)
 
 
 def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
@@ -332,12 +333,13 @@ def round_exact(solution: Solution, budget: int, lo: int, hi: int) -> np.ndarray
 
     Raising prompt q from n to n+1 has key (n-1) h_q, so the allocation takes the R smallest keys.
     The continuous solutions at budgets M and M - B bracket the R-th key, which is then selected in
-    O(B) among fewer than 2B candidate keys.
+    O(B) among fewer than 2B candidate keys; a narrower bracket found first (_near) leaves a few
+    percent of them, and the proved one is solved only when that one fails its check.
 
     Parameters
     ----------
     solution : Solution
-        The waterline from `solve(..., bracket=True)`.
+        The waterline from `solve`.
     budget : int
         The budget `solution` was solved for.
     lo, hi : int
@@ -351,25 +353,92 @@ def round_exact(solution: Solution, budget: int, lo: int, hi: int) -> np.ndarray
         counts[np.flatnonzero(solution.counts - counts > 1e-9)[:rest]] += 1
         return counts
     wanted = solution.inner_budget - solution.n_inner * lo  # increments over the interior
-    t_low = solution.t_low
-    # Keys m h_q (m = n - 1) below t_low are surely taken and keys at or above lam surely not.
-    # Float error matters only when a key lies within rounding of t_low or lam; the selection
-    # checks itself, and a failed check widens the bracket by `margin` keys on each side.
-    # The last bracket makes every interior key a candidate, where the check cannot fail.
-    tries = [(t_low, solution.lam_scaled, 0), (t_low, solution.lam_scaled, 1),
-             (t_low, solution.lam_scaled, 8), (math.ulp(0.0), np.finfo(float).max, 0)]
+    h, lam = solution.h, solution.lam_scaled
+    # First a bracket a few standard deviations of the keys' rounding wide around the cut
+    # (_near: a few thousand candidate keys in a batch of 10^6), then the proved one: keys
+    # m h_q (m = n - 1) below t_low are surely taken and keys at or above lam surely not.
+    # Float error matters only when a key lies within rounding of a bracket's end; the
+    # selection checks itself, and a failed check widens the bracket by `margin` keys on each
+    # side. The last bracket makes every interior key a candidate, where the check cannot fail.
+    near = _near(h, lam, wanted + int(np.count_nonzero(h == 0)) * (hi - lo), lo, hi)
+    picked = None if near is None else pick_keys(h, *near, wanted, lo, hi, 0)
+    if picked is not None:
+        return picked + lo
+    t_low = _t_low(solution, lo, hi)
+    tries = [(t_low, lam, 0), (t_low, lam, 1), (t_low, lam, 8),
+             (math.ulp(0.0), np.finfo(float).max, 0)]
     for low, high, margin in tries:
-        picked = pick_keys(solution.h, low, high, wanted, lo, hi, margin)
+        picked = pick_keys(h, low, high, wanted, lo, hi, margin)
         if picked is not None:
             return picked + lo
     raise AssertionError("integer water-filling failed with every key a candidate")
 
 
+def _t_low(solution: Solution, lo: int, hi: int) -> float:
+    """The interior's level at n_inner fewer rollouts: the proved lower end of round_exact's
+    bracket."""
+    h = solution.h
+    inner = h if solution.n_inner == h.size else h[(h > 0) & (h < np.inf)]
+    return _level(inner, lo, hi)(solution.inner_budget - solution.n_inner)
+
+
+_ROUNDS_NEAR = 8  # evaluations of K that _near spends before leaving the cut to the proved bracket
+
+
+def _near(h: np.ndarray, lam: float, target: int, lo: int, hi: int):
+    """A narrow bracket (t1, t2) holding the target-th smallest key, K(t1) <= target <= K(t2)
+    with at most max(1024, n/32) keys between, K(t) being the number of keys m h_q < t (m in
+    [lo - 1, hi - 1), every key of a p = 0 prompt counted); None where it takes more than
+    _ROUNDS_NEAR evaluations of K.
+
+    At the continuous level lam, K exceeds the target by the unclipped prompts' rounding up,
+    ceil(lam / h) - lam / h (about half a key each), and falls at about the rate sum 1/h over
+    them as t falls: the first guess is that many keys below lam; then the bracket closes by
+    false position on K's stored values (Illinois)."""
+    counts = _bracket(h, lam, lo, hi, 0)
+    high, k_high = lam, int(counts.sum()) - h.size * (lo - 1) - target
+    free = (counts > lo - 1) & (counts < hi - 1)
+    if k_high < 0 or not free.any():
+        return None
+    if k_high == 0:
+        return lam, lam
+    with np.errstate(divide="ignore"):
+        slope = float(np.reciprocal(h, where=free, out=np.zeros_like(h)).sum())
+    enough = max(1024, h.size // 32)
+    low = k_low = None
+    weight_low = weight_high = 1.0  # Illinois: the end kept twice running counts half
+    t = max(lam - k_high / slope, math.ulp(0.0))
+    for _ in range(_ROUNDS_NEAR):
+        k = _keys_below(h, t, lo, hi) - target
+        if k >= 0:
+            high, k_high, weight_high = t, k, 1.0
+            weight_low /= 2
+        else:
+            low, k_low, weight_low = t, k, 1.0
+            weight_high /= 2
+        if low is None:  # still above the cut: step down by the slope, a little past it
+            t = max(t - (k + math.sqrt(h.size)) / slope, math.ulp(0.0))
+            continue
+        if k_high - k_low <= enough:
+            return low, high
+        below, above = -k_low * weight_low, k_high * weight_high
+        t = low + (high - low) * below / (below + above)
+    return None
+
+
+def _keys_below(h: np.ndarray, t: float, lo: int, hi: int) -> int:
+    """K(t): the keys m h_q < t over every prompt q and m in [lo - 1, hi - 1), for t > 0."""
+    return int(_bracket(h, t, lo, hi, 0).sum()) - h.size * (lo - 1)
+
+
 def _bracket(h, t, lo, hi, offset):
     """clip(ceil(t / h) + offset, lo - 1, hi - 1): the first key index m with m h >= t."""
     with np.errstate(divide="ignore", over="ignore"):
-        first = np.ceil(t / h)  # t > 0: t / 0 = inf puts a p = 0 prompt's keys all below t
-    return np.clip(first + offset, lo - 1, hi - 1)
+        first = np.divide(t, h)  # t > 0: t / 0 = inf puts a p = 0 prompt's keys all below t
+    np.ceil(first, out=first)
+    if offset:
+        first += offset
+    return np.clip(first, lo - 1, hi - 1, out=first)
 
 
 def pick_keys(h, t_low, lam, wanted, lo, hi, margin):
@@ -398,14 +467,16 @@ def pick_keys(h, t_low, lam, wanted, lo, hi, margin):
     taken = (first - (lo - 1)).astype(np.int64)
     need = wanted + int((h == 0).sum()) * (hi - lo) - int(taken.sum())
     sizes = (last - first).astype(np.int64)
-    owner = np.repeat(np.arange(h.size), sizes)
+    active = np.flatnonzero(sizes)  # the prompts with candidates (few, in a narrow bracket)
+    sizes = sizes[active]
+    owner = np.repeat(active, sizes)
     m = first[owner] + (np.arange(owner.size) - np.repeat(np.cumsum(sizes) - sizes, sizes))
     keys = m * h[owner]
     if not 0 <= need <= keys.size:
         return None
     with np.errstate(invalid="ignore"):  # 0 * inf where a p = 1 prompt has no keys
-        top_taken = np.max(np.where(first > lo - 1, (first - 1) * h, -np.inf))
-        low_left = np.min(np.where(last < hi - 1, last * h, np.inf))
+        top_taken = np.max((first - 1) * h, where=first > lo - 1, initial=-np.inf)
+        low_left = np.min(last * h, where=last < hi - 1, initial=np.inf)
     if need == 0:
         return taken if top_taken < min(low_left, keys.min(initial=np.inf)) else None
     cut = np.partition(keys, need - 1)[need - 1]

@@ -435,3 +435,43 @@ def test_large_batches_select_the_level_the_sort_finds(n_max, grid):
         selected = _every_result(p, budget, 2, n_max)
         with mock.patch.object(waterfill, "SELECT_FROM", p.size + 1):
             _assert_same_allocations(selected, _every_result(p, budget, 2, n_max))
+
+
+def test_the_narrow_bracket_gives_the_water_filling_on_large_batches(monkeypatch):
+    # round_exact first selects among the keys of a narrow bracket found by false position on
+    # the key count (waterfill._near); wherever it lands (on tied keys, beside subnormal or
+    # near-one hazards) the answer must be the water-filling's, by the narrow bracket or by the
+    # proved one it falls back to.
+    from sera import waterfill
+
+    brackets, answered = [], []
+    pick_keys, near = waterfill.pick_keys, waterfill._near
+
+    def spy_pick(*args):
+        picked = pick_keys(*args)
+        answered.append(picked is not None)
+        return picked
+
+    def spy_near(*args):
+        brackets.append(near(*args))
+        return brackets[-1]
+
+    monkeypatch.setattr(waterfill, "pick_keys", spy_pick)
+    monkeypatch.setattr(waterfill, "_near", spy_near)
+    rng = np.random.default_rng(11)
+    size = 40_000
+    tiny = 10.0 ** -rng.uniform(5, 300, size)
+    near_one = 1 - 10.0 ** -rng.uniform(1, 15, size)
+    batches = {"beta": rng.beta(0.6, 1.2, size),
+               "four values": rng.choice([0.1, 0.3, 0.5, 0.7], size),
+               "extremes": np.where(rng.random(size) < 0.5, tiny, near_one)}
+    narrow = 0
+    for name, p in batches.items():
+        for n0 in (4, 16):
+            brackets.clear()
+            answered.clear()
+            counts = sera.allocate(p, n0 * size, 2, 64, rule="exact").counts
+            np.testing.assert_array_equal(counts, water_fill(p, n0 * size, 2, 64),
+                                          err_msg=f"{name}, n0 {n0}")
+            narrow += brackets[0] is not None and answered[0]
+    assert narrow >= 4, narrow  # the narrow bracket answers most of the six batches by itself
