@@ -19,9 +19,14 @@ and the level from a sort or by selection (waterfill.SELECT_FROM). Best-of-repea
 times, the calls interleaved so that machine drift hits them alike; below 2*10^4 prompts each
 time is the mean of enough calls to take a few milliseconds. Each line ends with "ok" or
 "OVER LIMIT".
+
+The first line printed names numpy's SIMD level (AVX-512 or AVX2), which sets the sort and
+argsort every ratio divides by as well as the allocator's own loops. On an AVX-512 machine,
+NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL" makes numpy dispatch as on an AVX2 one.
 """
 
 import argparse
+import os
 import time
 from functools import partial
 
@@ -152,6 +157,17 @@ def level_paths(n0, repeats, largest, rng):
         print(f"  B={size:>9,}  " + "  ".join(f"{name} {_time(t)}" for name, t in best.items()))
 
 
+def simd_level() -> str:
+    """numpy's widest SIMD dispatch in this process (after NPY_DISABLE_CPU_FEATURES)."""
+    from numpy._core._multiarray_umath import __cpu_features__ as features
+
+    for name, label in (("AVX512_ICL", "AVX-512 (Icelake)"), ("X86_V4", "AVX-512"),
+                        ("X86_V3", "AVX2"), ("X86_V2", "SSE4.2")):
+        if features.get(name):
+            return label
+    return "baseline"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -160,6 +176,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--n0", type=int, default=16)
     args = parser.parse_args()
+    print(f"numpy {np.__version__}, SIMD dispatch {simd_level()} (NPY_DISABLE_CPU_FEATURES="
+          f"{os.environ.get('NPY_DISABLE_CPU_FEATURES', '')!r})")
     rng = np.random.default_rng(0)
     roundings(args.sizes, args.n0, args.repeats, rng)
     largest = max(args.sizes)
