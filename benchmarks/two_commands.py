@@ -6,8 +6,9 @@ Usage: python benchmarks/two_commands.py [--keep] [--targets figures test]
 Clones the committed HEAD into a temporary folder, runs `make figures` then `make test` there
 (each sets up .venv/ on first use, so the first command pays for the set-up), and prints each
 command's wall time against its goal (figures 600 s, test 1,200 s on two idle cores), torch's
-CPU capability in the clone (set ATEN_CPU_CAPABILITY=avx2 to time torch's AVX2 kernels on an
-AVX-512 machine), the notebooks' own times from `make figures`, the stages of `make test` (the
+CPU capability and numpy's SIMD dispatch in the clone (ATEN_CPU_CAPABILITY=avx2 and
+NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL" time both libraries' AVX2 code on an AVX-512
+machine), the notebooks' own times from `make figures`, the stages of `make test` (the
 time from one recipe line to the next), the test files by time and the slowest tests, and for
 each command the machine's busy and idle CPU
 time (from /proc/stat): the busy core-seconds over the core count is the least wall time any
@@ -93,7 +94,8 @@ def main() -> int:
                           capture_output=True, text=True).stdout.strip()
     print(f"fresh clone of {head} in {folder / 'repo'}; {os.cpu_count()} cores")
     env = {**os.environ, "PYTEST_ADDOPTS": "--durations=0 --durations-min=0.5"}
-    print(f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '(unset: the CPU best)')}")
+    print(f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '(unset: the CPU best)')}"
+          f", NPY_DISABLE_CPU_FEATURES={os.environ.get('NPY_DISABLE_CPU_FEATURES', '(unset)')}")
     failed = False
     for target in args.targets:
         before = cpu_seconds()
@@ -112,10 +114,13 @@ def main() -> int:
             print(f"    CPU: {busy:.0f} core-s busy, {idle:.0f} idle; on {cores} cores the busy "
                   f"work alone takes at least {busy / cores:.0f} s")
         capability = subprocess.run(
-            [".venv/bin/python", "-c", "import torch, numpy; print(torch.backends.cpu."
-             "get_cpu_capability(), torch.__version__, numpy.__version__)"],
+            [".venv/bin/python", "-c", "import torch, numpy; from numpy._core._multiarray_umath "
+             "import __cpu_features__ as f; print(torch.backends.cpu.get_cpu_capability(), "
+             "torch.__version__, 'AVX512' if f.get('X86_V4') else 'AVX2' if f.get('X86_V3') "
+             "else 'baseline', numpy.__version__)"],
             cwd=folder / "repo", env=env, capture_output=True, text=True).stdout.strip()
-        print(f"    torch's CPU capability, torch and numpy in the clone: {capability or '?'}")
+        print(f"    torch's CPU capability and version, numpy's SIMD dispatch and version in the "
+              f"clone: {capability or '?'}")
         if target == "figures":
             for _, line in lines:
                 if match := re.match(r"(\S+\.ipynb) done in ([\d.]+) s", line):
