@@ -2,7 +2,10 @@
 
 Each explorer's first slider is dragged as tests/test_browser.py drags it (0.4 of the track in
 60 moves, three times back and forth), inside an asyncio loop as in a kernel, so that frames are
-blitted as they are in the notebook. Printed per explorer: the median milliseconds of a frame
+blitted as they are in the notebook. Printed per explorer: the frames a second the kernel answers
+a drag with (one over the median frame: the most a page can show, before the page's own work and
+the transport, which tests/test_browser.py measures end to end in Chromium and prints as frames a
+second in a drag), the median milliseconds of a frame
 (the plot function, then the paint and PNG that send it), the share of frames blitted, and the
 frame's cost as a share of drawing the figure whole and encoding it (the frame a plain
 matplotlib redraw would send). Ratios are from one run; absolute times drift with the machine.
@@ -62,15 +65,16 @@ def _whole(explorer, repeats: int = 10) -> float:
 
 
 def main(names: list[str]) -> None:
-    print(f"{'explorer':10s} {'frame ms':>9s} {'plot ms':>8s} {'rest ms':>8s} "
+    print(f"{'explorer':10s} {'frames/s':>9s} {'frame ms':>9s} {'plot ms':>8s} {'rest ms':>8s} "
           f"{'blitted':>8s} {'whole ms':>9s} {'frame/whole':>12s}")
     for name in names or list(widgets.EXPLORERS):
         explorer = widgets.EXPLORERS[name]()
         frames, plotting = asyncio.run(_drag(explorer))
         frame, plot = statistics.median(frames), statistics.median(plotting)
         whole = _whole(explorer)
-        print(f"{name:10s} {frame * 1e3:9.1f} {plot * 1e3:8.1f} {(frame - plot) * 1e3:8.1f} "
-              f"{explorer.blits / explorer.draws:8.0%} {whole * 1e3:9.1f} {frame / whole:12.2f}")
+        print(f"{name:10s} {1 / frame:9.1f} {frame * 1e3:9.1f} {plot * 1e3:8.1f} "
+              f"{(frame - plot) * 1e3:8.1f} {explorer.blits / explorer.draws:8.0%} "
+              f"{whole * 1e3:9.1f} {frame / whole:12.2f}")
         explorer.close()
 
 
