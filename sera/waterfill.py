@@ -313,7 +313,7 @@ def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
     if short == 0:
         return counts
     key = counts * solution.h  # f >= 2, so never 0 * inf
-    key[counts >= hi] = np.inf  # not eligible
+    np.putmask(key, counts >= hi, np.inf)  # not eligible
     cut = np.partition(key, short - 1)[short - 1]
     below = key < cut
     missing = short - int(np.count_nonzero(below))
