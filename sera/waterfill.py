@@ -354,9 +354,9 @@ def round_exact(solution: Solution, budget: int, lo: int, hi: int) -> np.ndarray
         return counts
     wanted = solution.inner_budget - solution.n_inner * lo  # increments over the interior
     h, lam = solution.h, solution.lam_scaled
-    # First a bracket a few standard deviations of the keys' rounding wide around the cut
-    # (_near: a few thousand candidate keys in a batch of 10^6), then the proved one: keys
-    # m h_q (m = n - 1) below t_low are surely taken and keys at or above lam surely not.
+    # First a narrow bracket around the cut (_near: at most max(1024, n/32) candidate keys
+    # where the proved one holds about n), then the proved one: keys m h_q (m = n - 1) below
+    # t_low are surely taken and keys at or above lam surely not.
     # Float error matters only when a key lies within rounding of a bracket's end; the
     # selection checks itself, and a failed check widens the bracket by `margin` keys on each
     # side. The last bracket makes every interior key a candidate, where the check cannot fail.
