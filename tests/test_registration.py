@@ -55,7 +55,7 @@ def test_a_task_registers_once_and_the_points_and_sweeps_find_it(toy_task, tmp_p
         ("toy study", 4, "maxrl")
     # a tuning sweep of it trains through the same builder
     built = []
-    monkeypatch.setattr(tuning.grid, "run_grid",
+    monkeypatch.setattr(tuning.grid, "work_through",
                         lambda configs, build, **_: built.append([build(c) for c in configs]))
     monkeypatch.setattr(tuning, "load", lambda name: name)
     sweep = tuning.Sweep("toy-lr", "toy", toy_task["fast"], ("maxrl",), seeds=1, factors=(1.0,))

@@ -69,8 +69,8 @@ def test_a_shared_grid_leaves_held_runs_to_their_owner(tmp_path, monkeypatch):
     fitted, stores = [], []
     monkeypatch.setattr(loop, "fit", lambda study: fitted.append(study))
     with runstore.claim(tmp_path / "run-1"):
-        assert grid.run_grid(configs, lambda c: c.out, progress=False, share=True,
-                             after_each=lambda: stores.append(1)) is None
+        assert grid.work_through(configs, lambda c: c.out, progress=False,
+                                 after_each=lambda: stores.append(1)) is None
     assert fitted == [str(tmp_path / "run-0"), str(tmp_path / "run-2")] and len(stores) == 3
 
 

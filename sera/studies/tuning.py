@@ -97,8 +97,8 @@ def sweep(name: str) -> Sweep:
 
 def run(s: Sweep, runs_dir=RUNS_DIR, progress: bool = True) -> Results:
     """Train (or resume, or read back) every run, storing the finished ones after each."""
-    grid.run_grid(s.configs(runs_dir), builder(s.task), progress=progress,
-                  after_each=lambda: store(s, runs_dir), share=True, desc=s.name)
+    grid.work_through(s.configs(runs_dir), builder(s.task), progress=progress,
+                      after_each=lambda: store(s, runs_dir), desc=s.name)
     return load(s.name)
 
 

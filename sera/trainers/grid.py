@@ -1,7 +1,8 @@
 """The grid runner: a list of run configurations trained one folder a run (`run_label`).
 
-`run_grid` trains them with `sera.trainers.loop.fit`, each held through the run store's lock
-while it trains. Everything about folders belongs to `sera.runstore`: the file names, the
+`run_grid` trains them with `sera.trainers.loop.fit` and returns their tables, `work_through`
+splits one list between several processes; each run is held through the run store's lock while
+it trains. Everything about folders belongs to `sera.runstore`: the file names, the
 folders' format, the locks, and the index of finished runs by their settings (with the links
 that let one grid read back another's runs); this module only says which settings count.
 """
@@ -20,80 +21,90 @@ from sera.trainers.config import RunConfig, as_dict, defaults
 
 
 def run_grid(configs: list[RunConfig], build, *, runs_dir=None, rerun: bool = False,
-             progress: bool = True, shared=None, after_each=None, share: bool = False,
-             desc: str = "runs") -> Results | None:
+             progress: bool = True, shared=None, desc: str = "runs") -> Results:
     """Fit every config (build(config) makes the study) and return the concatenated tables: the
-    one grid runner of the package. runs_dir: each run trains in runs_dir/<run_label>; None: in
-    its config's own out. A finished run is read back from its folder unless rerun is True.
-    Each run is held through a lock (sera.runstore.claim) while it trains; after_each() is
-    called after every run this process trained (e.g. to store the finished runs' tables).
+    grid runner of the notebooks and the task grids. runs_dir: each run trains in
+    runs_dir/<run_label>; None: in its config's own out. A finished run is read back from its
+    folder unless rerun is True. Each run is held through a lock (sera.runstore.claim) while it
+    trains.
 
     shared: a folder indexing finished runs by their settings (every setting but out, steps
     aside); a run that another grid already finished with the same settings is read back from
     that grid's folder instead of trained again. A run of the same settings that another grid
     is training right now (its lock in `shared`) is put off: this grid trains its other runs
     first and then reads that one back, rather than train it twice or wait with a core idle.
-
-    share=True: several processes work through the same list, one per core: each trains the
-    runs nobody holds and leaves the others to their owners; finished runs are not read back
-    and nothing is returned."""
+    (Several processes that split one list between them use `work_through`.)"""
     from tqdm.auto import tqdm
 
     parts, later = {}, []
     with tqdm(total=len(configs), desc=desc, disable=not progress) as bar:
         for index, config in enumerate(configs):
-            result = _fit(config, build, runs_dir, rerun, shared, after_each, share, wait=False)
+            result = _fit(config, build, runs_dir, rerun, shared, wait=False)
             if result is _ELSEWHERE:
                 later.append((index, config))
                 continue
             parts[index] = result
             bar.update()
         for index, config in later:  # by now mostly finished by the grid that held them
-            parts[index] = _fit(config, build, runs_dir, rerun, shared, after_each, share,
-                                wait=True)
+            parts[index] = _fit(config, build, runs_dir, rerun, shared, wait=True)
             bar.update()
-    if after_each is not None:
-        after_each()
-    return None if share else Results.concat([parts[i] for i in sorted(parts)])
+    return Results.concat([parts[i] for i in sorted(parts)])
 
 
 _ELSEWHERE = object()
 """What _fit returns for a run of the same settings that another grid is training."""
 
 
-def _fit(config: RunConfig, build, runs_dir, rerun: bool, shared, after_each, share: bool,
-         wait: bool):
-    """One run of run_grid: trained, resumed or read back (None where share leaves it to
-    another process); _ELSEWHERE where another grid holds its settings and wait is False."""
+def _fit(config: RunConfig, build, runs_dir, rerun: bool, shared, wait: bool):
+    """One run of run_grid: trained, resumed or read back; _ELSEWHERE where another grid holds
+    its settings and wait is False."""
     import contextlib
     import shutil
 
     folder = Path(runs_dir) / run_label(config) if runs_dir is not None else Path(config.out)
-    if share and not rerun and runstore.finished(folder):
-        return None
     key = _settings_key(config)
     held = contextlib.nullcontext(True) if shared is None or rerun else \
-        runstore.hold_claim(shared, key, wait=wait and not share)
+        runstore.hold_claim(shared, key, wait=wait)
     with held as free:
         if not free:
-            return None if share else _ELSEWHERE
+            return _ELSEWHERE
         elsewhere = None if rerun or shared is None else _finished_elsewhere(config, shared, key)
         runstore.unlink_other(folder, elsewhere)
-        with runstore.claim(folder, wait=not share) as ours:
-            if not ours:
-                return None  # another process trains it
+        with runstore.claim(folder, wait=True):
             if rerun:
                 shutil.rmtree(folder, ignore_errors=True)
             elif elsewhere is not None and not (folder / runstore.FINAL).exists():
                 runstore.link(folder, elsewhere)
                 folder = elsewhere
-            trained = not runstore.finished(folder)
             result = loop.fit(build(replace(config, out=str(folder), progress=False)))
         if shared is not None:
             runstore.index(shared, key, folder)
-    if after_each is not None and trained:
+    return result
+
+
+def work_through(configs: list[RunConfig], build, *, progress: bool = True, after_each=None,
+                 desc: str = "runs") -> None:
+    """Train every config in its own out that is not finished, as one of several processes (one
+    per core) working through the same list: each trains the runs nobody holds (the run store's
+    lock) and leaves the others to their owners. after_each() is called after every run this
+    process trained (e.g. to store the finished runs' tables) and once at the end. Nothing is
+    read back or returned: the caller reads the stored tables."""
+    from tqdm.auto import tqdm
+
+    for config in tqdm(configs, desc=desc, disable=not progress):
+        folder = Path(config.out)
+        if runstore.finished(folder):
+            continue
+        runstore.unlink_other(folder, None)
+        with runstore.claim(folder, wait=False) as ours:
+            if not ours:
+                continue  # another process trains it
+            trained = not runstore.finished(folder)
+            loop.fit(build(replace(config, progress=False)))
+        if after_each is not None and trained:
+            after_each()
+    if after_each is not None:
         after_each()
-    return None if share else result
 
 
 def _settings_key(config: RunConfig) -> str:

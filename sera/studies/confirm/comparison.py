@@ -117,8 +117,8 @@ def verify(point: Point, seeds: int = 2, runs_dir=None, ks=(1, 8, 32, 128),
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     configs = [c for c in point.configs(runs_dir or default_verify_dir()) if c.seed < seeds]
-    grid.run_grid(configs, builder(point.task), progress=progress, share=True,
-                  desc=f"verify {point.name}")
+    grid.work_through(configs, builder(point.task), progress=progress,
+                      desc=f"verify {point.name}")
     new = with_arm(pd.concat([pd.read_csv(Path(c.out) / runstore.FINAL) for c in configs],
                              ignore_index=True))
     old = load(point.name).final

@@ -37,8 +37,8 @@ def run(point: Point, runs_dir=None, progress: bool = True, arms=None) -> Result
     if arms is not None:
         runs = point.runs(runs_dir)
         configs = [c for name in _known_arms(point, arms) for c, a in runs if a.name == name]
-    grid.run_grid(configs, builder(point.task), progress=progress,
-                  after_each=lambda: store(point, runs_dir), share=True, desc=point.name)
+    grid.work_through(configs, builder(point.task), progress=progress,
+                      after_each=lambda: store(point, runs_dir), desc=point.name)
     return load(point.name)
 
 
