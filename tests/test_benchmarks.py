@@ -1,0 +1,34 @@
+"""The speed benchmarks that docs/speed.md names run as written, at small sizes: each prints its
+table (what it measured is printed, never asserted: a busy machine must not fail a test)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def test_the_allocation_benchmark_prints_its_simd_code_and_a_row_per_size():
+    out = _run("benchmarks/allocation_speed.py", "--sizes", "100", "1000", "--repeats", "1")
+    lines = out.splitlines()
+    assert lines[0].startswith("numpy ") and "SIMD dispatch" in lines[0]
+    for size in ("100", "1,000"):
+        rows = [line for line in lines if line.split()[:1] == [size]]
+        assert len(rows) == 4, (size, rows)  # two p distributions x two n_max
+        assert all(row.endswith(("ok", "OVER LIMIT")) for row in rows)
+    assert "one-shot allocators" in out and "water level" in out
+
+
+def test_the_slider_benchmark_prints_frames_a_second_for_an_explorer():
+    out = _run("benchmarks/slider_frames.py", "kappa")
+    header, row = out.splitlines()[-2:]
+    assert header.split()[:3] == ["explorer", "frames/s", "frame"]
+    name, rate, frame = row.split()[:3]
+    assert name == "kappa" and abs(float(rate) * float(frame) - 1000) < 0.1 * 1000
