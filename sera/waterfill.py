@@ -454,7 +454,8 @@ def pick_keys(h, t_low, lam, wanted, lo, hi, margin):
     h : ndarray of float
         The hazards (in the units of the solution's level).
     t_low, lam : float
-        The bracket: levels at fewer and at all the interior's increments.
+        The bracket's ends: _near's narrow one, or the proved one (the levels at fewer and at
+        all the interior's increments).
     wanted : int
         Increments above lo to hand out over the interior prompts.
     lo, hi : int
