@@ -111,3 +111,18 @@ def test_the_tuned_comparison_waits_for_each_method_s_whole_grid(monkeypatch):
     monkeypatch.setattr(sweep, "chosen", lambda name: partial)
     with pytest.raises(ValueError, match=r"whole registered grid.*sera \(4 of 5 steps\)"):
         sweep.tuned(POINT)
+
+
+def test_an_arm_beside_the_sweep_has_cells_but_no_chosen_step(monkeypatch):
+    name = "math-n0-4-320-lr"  # registers sera-evidence-waterline at the preset step only
+    assert sweep.grid_of(name, "sera-evidence-waterline") == [1.0]
+    assert sweep.is_sweep(name)
+    table = sweep.cells(name, sweep.SELECT, ks=(1,))
+    best = float(table["mean"].max())
+    beside = pd.DataFrame([{"method": "sera-evidence-waterline", "multiplier": 1.0, "k": 1,
+                            "mean": best + 0.1, "low": best, "high": best + 0.2,
+                            "seeds": MIN_SEEDS}])
+    monkeypatch.setattr(sweep, "cells", lambda *a, **k: pd.concat([table, beside]))
+    picks = sweep.chosen(name)
+    assert "sera-evidence-waterline" not in set(picks["method"])
+    assert {"maxrl", "sera"} <= set(picks["method"])  # its best cell did not displace theirs

@@ -5,7 +5,9 @@ step-per-evidence account's registered predictions checked against the runs.
 The held-out prompts are split once, by index: even prompts choose each method's step (SELECT),
 odd prompts report the comparison at the chosen steps (REPORT), so the choice never sees the
 prompts it is judged on. A point is a sweep when its arms change only the learning rate
-(`lr` in their changes); the step multiplier is that rate over the preset's.
+(`lr` in their changes); the step multiplier is that rate over the preset's. A method the point
+runs at fewer than MIN_STEPS steps (an arm beside the sweep, at the preset step) has cells and
+comparisons but no chosen step.
 
     python -m sera.studies.sweep maze-n0-8-long-lr      # tables, and figures/lr_frontier_<point>
 """
@@ -25,6 +27,8 @@ from sera.studies.diagnosis import drift, paired
 SELECT, REPORT = "select", "report"
 """The two halves of the held-out prompts: even indices choose, odd ones report."""
 KS = (1, 8, 32)
+MIN_STEPS = 3
+"""The fewest steps a method runs at for the point to choose one of them."""
 
 
 def half(prompts) -> np.ndarray:
@@ -86,9 +90,11 @@ def chosen(name: str) -> pd.DataFrame:
     table = cells(name, SELECT, ks=(1,))
     rows = []
     for method, part in table[table["seeds"] >= MIN_SEEDS].groupby("method"):
+        mine = grid_of(name, method)
+        if len(mine) < MIN_STEPS:
+            continue  # an arm beside the sweep
         part = part.sort_values("multiplier")
         best = part.loc[part["mean"].idxmax()]  # idxmax keeps the first: the smaller step
-        mine = grid_of(name, method)
         rows.append({"method": method, "multiplier": float(best["multiplier"]),
                      "select_pass1": float(best["mean"]), "cells": len(part),
                      "registered": len(mine),
@@ -186,9 +192,10 @@ def account(name: str, control: str | None = None, step: float = 1.3) -> dict:
 
 
 def is_sweep(name: str) -> bool:
-    """Whether every arm of the point changes only the learning rate, over at least 3 steps."""
+    """Whether every arm of the point changes only the learning rate, over at least MIN_STEPS
+    steps."""
     try:
-        return len(set(multipliers(name).values())) >= 3
+        return len(set(multipliers(name).values())) >= MIN_STEPS
     except ValueError:
         return False
 
