@@ -190,3 +190,36 @@ def test_the_tuning_kinds_read_the_stored_sweeps():
         f"{stopped['method'].isin(['dapo', 'dapo-maxrl']).sum()}"
     assert quotes.value("stopped_last", "digits-lr", "dapo+dapo-maxrl") == \
         f"{stopped['step'].max()}"
+
+
+def test_the_step_kinds_read_the_stored_learning_rate_sweep():
+    """sera at its chosen step minus MaxRL at its own on the odd held-out mazes, recomputed from
+    the final table: each method's step by mean Pass@1 on the even mazes, then Welch's interval
+    from scipy's t distribution over the two cells' per-seed means."""
+    import numpy as np
+    from scipy import stats
+
+    from sera.studies import sweep
+    from sera.studies.confirm.storage import stored_table
+
+    name = "maze-n0-8-long-lr"
+    final = stored_table(name, "final")
+    final = final.assign(step=final["arm"].map(sweep.multipliers(name)),
+                         share=final["correct"] / final["n"])
+    even = final[final["prompt"] % 2 == 0]
+    by_cell = even.groupby(["method", "step", "seed"])["share"].mean().groupby(
+        ["method", "step"]).mean()
+    best = {m: by_cell[m].idxmax() for m in ("maxrl", "sera")}
+    for method, step in best.items():
+        assert quotes.value("step_chosen", name, method) == f"{step:g}"
+    odd = final[final["prompt"] % 2 == 1]
+    a, b = (odd[(odd["method"] == m) & (odd["step"] == best[m])].groupby("seed")["share"].mean()
+            for m in ("sera", "maxrl"))
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    dof = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    half = stats.t.ppf(0.975, dof) * np.sqrt(va + vb)
+    gain = a.mean() - b.mean()
+    assert quotes.value("step_bracket", name, "sera", 1) == _bracket(gain, gain - half,
+                                                                       gain + half)
+    with pytest.raises(KeyError, match="unknown field kind"):
+        quotes.value("step_nothing", name, "sera", 1)

@@ -126,3 +126,10 @@ def test_an_arm_beside_the_sweep_has_cells_but_no_chosen_step(monkeypatch):
     picks = sweep.chosen(name)
     assert "sera-evidence-waterline" not in set(picks["method"])
     assert {"maxrl", "sera"} <= set(picks["method"])  # its best cell did not displace theirs
+
+
+def test_a_point_with_two_steps_per_method_is_no_sweep():
+    # math-n0-4-640-avx2 runs three step sizes in all, but no method at more than two
+    assert len(set(sweep.multipliers("math-n0-4-640-avx2").values())) >= 3
+    assert not sweep.is_sweep("math-n0-4-640-avx2")
+    assert sweep.is_sweep(POINT)

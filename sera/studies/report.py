@@ -39,6 +39,8 @@ README_ARMS = ("sera", "sera lr-half", "sera-evidence-step", "sera-rate")
 candidate (its step scaled by the evidence, sera.evidence) and the package's variant."""
 README_START = "<!-- results table: python -m sera.studies.report -->"
 README_END = "<!-- end of results table -->"
+TUNED_START = "<!-- tuned table: python -m sera.studies.report -->"
+TUNED_END = "<!-- end of tuned table -->"
 
 
 def _starts(name: str):
@@ -267,6 +269,45 @@ def readme_table() -> str:
             + "\n\n† this arm and its MaxRL trained on different instruction sets.")
 
 
+def tuned_table() -> str:
+    """The headline of the README and notebook 08: at every stored learning-rate sweep, the
+    paper's `sera` at its own chosen step against the control at its own, per K on the reporting
+    half of the held-out prompts (sera.studies.sweep.tuned), with each side's step and the
+    control's Pass@K; a sweep whose grid is still landing is named with what it waits for."""
+    rows, waiting = [], []
+    for name in filter(sweep.is_sweep, stored_points()):
+        try:
+            gap = sweep.tuned(name)
+        except ValueError as exc:
+            waiting.append(str(exc))
+            continue
+        control = confirm.point(name).control
+        picks = sweep.chosen(name).set_index("method")["multiplier"]
+        level = sweep.cells(name, sweep.REPORT).set_index(["method", "multiplier", "k"])["mean"]
+        for r in gap.itertuples():
+            own = level[(control, picks[control], r.k)]
+            rows.append({"point": name, "K": r.k,
+                         f"{control}: its step, Pass@K": f"{picks[control]:g}x: {100 * own:.1f}",
+                         "sera: its step": f"{picks['sera']:g}x",
+                         "gain, Welch [95% interval]": _bracket(r.gain, r.low, r.high),
+                         "paired [95% interval]": _bracket(r.paired_gain, r.paired_low,
+                                                           r.paired_high),
+                         "seeds": f"{r.seeds[0]} and {r.seeds[1]}"})
+    parts = [pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)] if rows else []
+    return "\n\n".join(parts + [f"Not yet tuned: {reason}." for reason in waiting])
+
+
+def readme_tuned_table() -> str:
+    """tuned_table, and below it each sweep's Pass@1-Pass@K frontier."""
+    figures = [f"![{name}: the Pass@1-Pass@K frontier](figures/{sweep.figure_name(name)}.png)"
+               for name in filter(sweep.is_sweep, stored_points())]
+    return "\n\n".join([tuned_table(), *figures])
+
+
+def _bracket(gain: float, low: float, high: float) -> str:
+    return f"{100 * gain:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+
+
 PAGE_HEAD = """# Results: every arm of every confirmation point
 
 Generated from the stored runs in `data/study/` by `python -m sera.studies.report`
@@ -454,12 +495,13 @@ def discount_section() -> str:
             f"{gap.reset_index().to_markdown(index=False, disable_numparse=True)}\n")
 
 
-def with_readme_table(readme: str, table: str) -> str:
+def with_readme_table(readme: str, table: str, markers=(README_START, README_END)) -> str:
     """The README text with the block between the markers replaced by `table`."""
-    start, end = readme.find(README_START), readme.find(README_END)
+    first, last = markers
+    start, end = readme.find(first), readme.find(last)
     if start < 0 or end < start:
-        raise ValueError(f"the README has no block between {README_START!r} and {README_END!r}")
-    return readme[:start] + README_START + "\n\n" + table + "\n\n" + readme[end:]
+        raise ValueError(f"the README has no block between {first!r} and {last!r}")
+    return readme[:start] + first + "\n\n" + table + "\n\n" + readme[end:]
 
 
 def main(argv=None) -> int:
@@ -472,7 +514,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     targets = {args.root / "docs" / "results.md": page()}
     readme = args.root / "README.md"
-    targets[readme] = with_readme_table(readme.read_text(), readme_table())
+    targets[readme] = with_readme_table(
+        with_readme_table(readme.read_text(), readme_table()), readme_tuned_table(),
+        (TUNED_START, TUNED_END))
     stale = [path for path, text in targets.items()
              if not path.exists() or path.read_text() != text]
     if args.check:

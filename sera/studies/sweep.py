@@ -192,12 +192,15 @@ def account(name: str, control: str | None = None, step: float = 1.3) -> dict:
 
 
 def is_sweep(name: str) -> bool:
-    """Whether every arm of the point changes only the learning rate, over at least MIN_STEPS
-    steps."""
+    """Whether every arm of the point changes only the learning rate and some method runs at
+    MIN_STEPS steps or more."""
     try:
-        return len(set(multipliers(name).values())) >= MIN_STEPS
+        steps = multipliers(name)
     except ValueError:
         return False
+    methods = {a.method for a in point(name).arms}
+    return any(len({steps[a.name] for a in point(name).arms if a.method == m}) >= MIN_STEPS
+               for m in methods)
 
 
 def figure_name(name: str) -> str:

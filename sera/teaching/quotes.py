@@ -38,6 +38,12 @@ the same point instead of over MaxRL. The diagnosis kinds name a row after "@":
     evidence_first, evidence_second  successes in mixed groups a step, each half of the run
     screen_bracket, screen_gap   the screen's training-reward gap over MaxRL (sera.studies.screen)
 
+The learning-rate sweeps at a confirmation point (sera.studies.sweep: maze-n0-8-long-lr,
+math-n0-4-320-lr) give a method's chosen step as a multiple of the preset's (step_chosen), and
+the tuned comparison, on the held-out prompts that did not choose: the method at its step minus
+the point's control at its own, Welch, in points (step_bracket, step_gain, step_interval)
+    {step_chosen|maze-n0-8-long-lr|sera}    {step_bracket|maze-n0-8-long-lr|sera|8}
+
 The tuning sweeps of notebook 06 (sera.studies.tuning: digits-lr, maze-lr) give, with the
 sweep's name in the point's place, a method's gain over `sera-rate` in points with each method
 at its own best rate (tuned_bracket, tuned_size, tuned_interval) or every method at the sweep's
@@ -77,6 +83,7 @@ DIAGNOSIS_KINDS = ("band_bracket", "band_size", "band_rollouts", "band_signal", 
 TUNING_KINDS = ("tuned_bracket", "tuned_size", "tuned_interval", "shared_bracket", "shared_size",
                 "shared_interval", "best_lr", "shared_lr", "stopped", "stopped_first",
                 "stopped_last", "runs", "rollouts")
+SWEEP_KINDS = ("step_chosen", "step_bracket", "step_gain", "step_interval")
 FIELD = re.compile(r"\{(\w+)\|([^{}|]+)\|([^{}|]+)(?:\|(\d+))?\}")
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+")
 
@@ -188,6 +195,34 @@ def _tuned(kind: str, name: str, method: str, k: int | None) -> str:
             "interval": lambda: f"{_signed(row['low'])} to {_signed(row['high'])}"}[shape]()
 
 
+@functools.cache
+def _swept(point: str):
+    """A sweep point's chosen step of each method, as a multiple of the preset's."""
+    from sera.studies import sweep
+
+    return sweep.chosen(point).set_index("method")["multiplier"]
+
+
+def _stepped(kind: str, point: str, method: str, k: int | None) -> str:
+    if kind == "step_chosen":
+        return f"{_swept(point)[method]:g}"
+    row = _tuned_at(point, method).set_index("k").loc[k or 1]  # ValueError until the grid lands
+    return {"step_bracket": lambda: _bracket(row["gain"], row["low"], row["high"]),
+            "step_gain": lambda: _signed(row["gain"]),
+            "step_interval": lambda: f"{_signed(row['low'])} to {_signed(row['high'])}"}[kind]()
+
+
+@functools.cache
+def _tuned_at(point: str, method: str):
+    """The tuned comparison of a method against the point's control, by K (sweep.tuned)."""
+    from sera.studies import sweep
+
+    try:
+        return sweep.tuned(point, method)
+    except ValueError as exc:
+        raise KeyError(str(exc)) from None
+
+
 def _signed(value: float) -> str:
     return f"{100 * value:+.1f}"
 
@@ -269,6 +304,8 @@ def value(kind: str, point: str, arm: str, k: int | None = None) -> str:
         return f"{float(row[kind.split('_')[1]]):.0f}"
     if kind in DIAGNOSIS_KINDS:
         return _diagnosed(kind, point, arm)
+    if kind in SWEEP_KINDS:
+        return _stepped(kind, point, arm, k)
     if kind in TUNING_KINDS:
         return _tuned(kind, point, arm, k)
     raise KeyError(f"unknown field kind {kind!r}")
