@@ -20,6 +20,10 @@ install: $(STAMP)
 
 # --no-compile: Python compiles each module the first time it is imported (and keeps the .pyc);
 # compiling all of torch, transformers and Jupyter up front took two thirds of the set-up time.
+# It keeps the .pyc only where PYTHONDONTWRITEBYTECODE is unset: with it set (as on some CI
+# machines), every process, notebook kernel and test worker compiled torch, pandas and
+# matplotlib from source again, some 4 s each; so no recipe here inherits it.
+unexport PYTHONDONTWRITEBYTECODE
 # --no-cache-dir: a fresh machine never reads the cache again, and its disk may be short.
 # -c constraints.txt: the versions the committed figures and tables were made with (see its header).
 $(STAMP): pyproject.toml constraints.txt
