@@ -98,3 +98,21 @@ def test_the_page_names_the_instruction_set_each_arm_trained_on():
         kinds.setdefault(run["config"]["method"], set()).add(first["cpu_capability"])
     assert digits.machines() == {m: "+".join(sorted(k)) for m, k in kinds.items()}
     assert set(kinds) == {"maxrl", *digits.ARMS}
+
+
+def test_the_registration_is_read_by_the_digits_study_and_left_by_the_points(tmp_path):
+    from sera.studies.confirm import points
+
+    assert digits.REGISTRATION["study"] == digits.__name__
+    assert digits.ARMS == ("sera", "sera-rate") and digits.SEEDS == 6
+    assert digits.base().n0 == 16 and digits.base().batch_size == 64  # the fast preset
+    assert digits.NAME not in points.POINTS
+    # a registration without `study` is a confirmation point, and its task must be a sequence one
+    for name, head in (("other", f'study = "{digits.__name__}"\n'), ("typo", "")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "point.toml").write_text(
+            f'{head}task = "digits"\npreset = "fast"\nseeds = 6\n[[arms]]\nmethod = "maxrl"\n')
+    with pytest.raises(ValueError, match="task must be one of"):
+        points.registered(tmp_path)
+    (tmp_path / "typo" / "point.toml").unlink()
+    assert points.registered(tmp_path) == {}

@@ -24,22 +24,26 @@ import pandas as pd
 
 from sera import runstore
 from sera.results import paired_gain, verdict
+from sera.studies.confirm.points import read_registration
 
 NAME = "digits-n0-16"
 FOLDER = runstore.STUDY_DIR / NAME
 RUNS_DIR = runstore.RUNS_ROOT / NAME
-ARMS = ("sera", "sera-rate")
+REGISTRATION = read_registration(FOLDER / "point.toml")
+"""The check's registration (data/study/digits-n0-16/point.toml): preset, seeds and arms."""
+ARMS = tuple(arm["method"] for arm in REGISTRATION["arms"] if arm["method"] != "maxrl")
 """The SERA arms, each compared with MaxRL on the same seeds."""
 KS = (1, 8, 32, 128)
-SEEDS = 6
+SEEDS = REGISTRATION["seeds"]
 KEPT_METRICS = ("val_pass", "pass", "rollouts", "stopped")
 
 
 def base():
-    """The digits preset (N0 = 16, batch 64, 300 steps) without progress bars."""
+    """The digits preset the registration names (fast: N0 = 16, batch 64, 300 steps) without
+    progress bars."""
     from sera.trainers import classification
 
-    return dataclasses.replace(classification.PRESETS["fast"], progress=False)
+    return dataclasses.replace(classification.PRESETS[REGISTRATION["preset"]], progress=False)
 
 
 def predict(repetitions: int = 24, processes: int = 2) -> pd.DataFrame:

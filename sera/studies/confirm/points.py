@@ -131,14 +131,19 @@ class Point:
         return out
 
 
+def read_registration(path) -> dict:
+    """A registration file (point.toml) as written."""
+    with open(path, "rb") as handle:
+        return tomllib.load(handle)
+
+
 def load_point(path) -> Point:
     """A point from its registration, data/study/<point>/point.toml: the task and the preset its
     configuration starts from, the changes to it, the seeds (a number, or "power" for the power
     calculation's), the arms with what each was expected to do, the control they are compared
     with (MaxRL unless `control` names another arm), and why the point exists."""
     path = Path(path)
-    with open(path, "rb") as handle:
-        entry = tomllib.load(handle)
+    entry = read_registration(path)
     task, tasks = entry["task"], sequence_tasks()
     if task not in tasks:
         raise ValueError(f"{path}: task must be one of {tuple(tasks)}, got {task!r}")
@@ -155,9 +160,13 @@ def load_point(path) -> Point:
 
 
 def registered(study_dir=None) -> dict[str, Point]:
-    """Every point registered under the study folder (a point.toml each), by name."""
+    """Every point registered under the study folder (a point.toml each), by name. A
+    registration that names the `study` module reading it (the digits check:
+    sera.studies.digits) is no confirmation point and is left to that module."""
     folder = Path(study_dir or runstore.STUDY_DIR)
-    return {path.parent.name: load_point(path) for path in sorted(folder.glob("*/point.toml"))}
+    paths = sorted(folder.glob("*/point.toml"))
+    return {path.parent.name: load_point(path) for path in paths
+            if "study" not in read_registration(path)}
 
 
 POINTS = registered()
