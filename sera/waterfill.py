@@ -231,6 +231,7 @@ class Solution:
     inner_budget: int  # the part of the budget the 0 < p < 1 prompts share
     n_inner: int  # prompts with 0 < p < 1
     interior: bool  # the level lies in the interior phase, 0 < lam < inf
+    n_zero: int = 0  # prompts with p = 0
 
     @property
     def lam(self) -> float:
@@ -265,7 +266,7 @@ def solve(h: np.ndarray, budget: int, lo: int, hi: int) -> Solution:
     inner_budget = budget - n_zero * hi - n_one * lo
 
     def done(counts, lam, interior=False):
-        return Solution(counts, h, float(lam), shift, inner_budget, n_inner, interior)
+        return Solution(counts, h, float(lam), shift, inner_budget, n_inner, interior, n_zero)
 
     extra = budget - h.size * lo
     if n_zero and extra <= n_zero * (hi - lo):
@@ -360,15 +361,15 @@ def round_exact(solution: Solution, budget: int, lo: int, hi: int) -> np.ndarray
     # Float error matters only when a key lies within rounding of a bracket's end; the
     # selection checks itself, and a failed check widens the bracket by `margin` keys on each
     # side. The last bracket makes every interior key a candidate, where the check cannot fail.
-    near = _near(h, lam, wanted + int(np.count_nonzero(h == 0)) * (hi - lo), lo, hi)
-    picked = None if near is None else pick_keys(h, *near, wanted, lo, hi, 0)
+    near = _near(h, lam, wanted + solution.n_zero * (hi - lo), lo, hi)
+    picked = None if near is None else pick_keys(h, *near, wanted, lo, hi, 0, solution.n_zero)
     if picked is not None:
         return picked + lo
     t_low = _t_low(solution, lo, hi)
     tries = [(t_low, lam, 0), (t_low, lam, 1), (t_low, lam, 8),
              (math.ulp(0.0), np.finfo(float).max, 0)]
     for low, high, margin in tries:
-        picked = pick_keys(h, low, high, wanted, lo, hi, margin)
+        picked = pick_keys(h, low, high, wanted, lo, hi, margin, solution.n_zero)
         if picked is not None:
             return picked + lo
     raise AssertionError("integer water-filling failed with every key a candidate")
@@ -441,7 +442,7 @@ def _bracket(h, t, lo, hi, offset):
     return np.clip(first, lo - 1, hi - 1, out=first)
 
 
-def pick_keys(h, t_low, lam, wanted, lo, hi, margin):
+def pick_keys(h, t_low, lam, wanted, lo, hi, margin, n_zero=None):
     """Increments per prompt when the `wanted` smallest interior keys are taken, or None when the
     bracket [t_low, lam) widened by `margin` keys does not provably hold the wanted-th key.
 
@@ -462,11 +463,14 @@ def pick_keys(h, t_low, lam, wanted, lo, hi, margin):
         Bounds of every prompt's count.
     margin : int
         Keys added to each side of every prompt's bracket.
+    n_zero : int, optional
+        The prompts with h = 0 (counted here when not given).
     """
     first = _bracket(h, t_low, lo, hi, -margin)
     last = _bracket(h, lam, lo, hi, margin)
     taken = (first - (lo - 1)).astype(np.int64)
-    need = wanted + int((h == 0).sum()) * (hi - lo) - int(taken.sum())
+    n_zero = int(np.count_nonzero(h == 0)) if n_zero is None else n_zero
+    need = wanted + n_zero * (hi - lo) - int(taken.sum())
     sizes = (last - first).astype(np.int64)
     active = np.flatnonzero(sizes)  # the prompts with candidates (few, in a narrow bracket)
     sizes = sizes[active]
