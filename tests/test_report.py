@@ -257,3 +257,24 @@ def test_no_simulator_prediction_for_a_method_that_sets_its_own_step():
     assert not any(", as predicted" in v or "not as predicted" in v for v in stepped["verdict"])
     stored = confirm.read_prediction("math-n0-4-640-avx2")
     assert (stored["arm"] == "sera-evidence-step").any()  # stored before the runs, not shown
+
+
+def test_runs_that_repeat_or_continue_another_point_s_are_named():
+    """report.continued against the stored metrics: every metric of the 640-step sera lr-half
+    runs through step 320 equals the 320-step sweep's sera lr-0.5 (not only the training reward
+    the function compares), and runs from another instruction set are not named."""
+    from sera.studies.confirm.storage import stored_table
+
+    found = report.continued("math-n0-4-640-avx2")
+    assert ("math-n0-4-320-lr", "sera lr-0.5", 320) in found["sera lr-half"]
+    long, short = (stored_table(name, "metrics") for name in ("math-n0-4-640-avx2",
+                                                             "math-n0-4-320-lr"))
+    key = ["seed", "step", "metric", "k"]
+    a = long[(long["arm"] == "sera lr-half") & (long["step"] < 320)].set_index(key)["value"]
+    b = short[(short["arm"] == "sera lr-0.5") & (short["step"] < 320)].set_index(key)["value"]
+    both = a.index.intersection(b.index)
+    assert len(both) > 0.9 * len(b)
+    assert a[both].fillna(-1).equals(b[both].fillna(-1))
+    # math-n0-4-320-avx2's MaxRL trained on AVX2 from the same warm-up: another sample
+    assert all(other != "math-n0-4-320-avx2" for other, _, _ in found.get("maxrl", []))
+    assert report.machines("math-n0-4-320-avx2")["maxrl"] == "AVX2"

@@ -254,19 +254,24 @@ def readme_table() -> str:
             continue
         if point.control != "maxrl":  # the README's table is a table of gains over MaxRL
             continue
+        extended = continued(name)
         for k, level in control_level(name, sorted({1, point.k})).items():
-            row = {"point": name, "K": k, "MaxRL": f"{100 * level:.1f}"}
+            row = {"point": name, "K": k, "MaxRL": f"{100 * level:.1f}" + (
+                " ‡" if point.control in extended else "")}
             for arm in README_ARMS:
                 match = table[(table["arm"] == arm) & (table["k"] == k)]
                 if len(match):
                     found = next(match.itertuples())
                     mixed = found.machine != found.against_machine
-                    row[arm] = _cell(found) + (" †" if mixed else "")
+                    row[arm] = (_cell(found) + (" †" if mixed else "")
+                                + (" ‡" if arm in extended else ""))
                 else:
                     row[arm] = ""
             rows.append(row)
     return (pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
-            + "\n\n† this arm and its MaxRL trained on different instruction sets.")
+            + "\n\n† this arm and its MaxRL trained on different instruction sets.\n"
+            "‡ these runs repeat or continue another point's (the same runs through its last "
+            "step, not a second sample; docs/results.md names them).")
 
 
 def tuned_table() -> str:
@@ -355,6 +360,54 @@ tokens, reward), from which a statement about response lengths or lone successes
 """
 
 
+@functools.cache
+def _rewards(name: str) -> pd.DataFrame:
+    """A point's training reward per (arm, method, seed, step), from its stored metrics."""
+    metrics = stored_table(name, "metrics")
+    return metrics[metrics["metric"] == "train_reward"][["arm", "method", "seed", "step", "value"]]
+
+
+def continued(name: str) -> dict[str, list[tuple[str, str, int]]]:
+    """Per arm of the point, the (point, arm, steps) of other stored points, no longer than this
+    one, whose runs it repeats or continues: the same warm-up (its fingerprint), the same method,
+    and for every seed both have the same training reward to the last bit at every step the other
+    ran. Through those steps they are the same runs, not a second sample."""
+    mine = confirm.stored(name).get(runstore.WARMUP_FINGERPRINT)
+    steps = confirm.point(name).config.steps
+    found: dict[str, list] = {}
+    if mine is None:
+        return found
+    ours = _rewards(name)
+    for other in stored_points():
+        shorter = confirm.point(other).config.steps
+        if other == name or shorter > steps or \
+                confirm.stored(other).get(runstore.WARMUP_FINGERPRINT) != mine:
+            continue
+        theirs = _rewards(other)
+        for (arm, method), run in ours[ours["step"] < shorter].groupby(["arm", "method"]):
+            run = run.set_index(["seed", "step"])["value"]
+            for their_arm, part in theirs[theirs["method"] == method].groupby("arm"):
+                part = part.set_index(["seed", "step"])["value"]
+                both = run.index.intersection(part.index)
+                if len(both) and len(both) == len(part) and (run[both] == part[both]).all():
+                    found.setdefault(arm, []).append((other, their_arm, shorter))
+    # the longest runs continued only: they hold the shorter ones
+    return {arm: [p for p in places if p[2] == max(q[2] for q in places)]
+            for arm, places in found.items()}
+
+
+def _continued_note(name: str) -> str:
+    """The page's sentence on the arms that continue shorter stored runs ("" where none do)."""
+    found = continued(name)
+    if not found:
+        return ""
+    said = "; ".join(f"`{arm}` is " + " and ".join(
+        f"{other}'s `{their}`" for other, their, _ in places) + f" through step {places[0][2]}"
+        for arm, places in found.items())
+    return (f"Same runs, not a second sample: {said}. Each has the same warm-up and, for every "
+            f"seed, the same training reward at every one of those steps.\n\n")
+
+
 def page() -> str:
     parts = [PAGE_HEAD]
     tables = with_bh({name: point_table(name) for name in stored_points()})
@@ -364,7 +417,7 @@ def page() -> str:
         control = "MaxRL" if point.control == "maxrl" else f"`{point.control}`"
         parts.append(f"## {name}\n\n{point.task}, N0 = {point.config.n0}, "
                      f"{point.config.steps} steps; {control}'s level: {level}.\n\n"
-                     f"{page_table(name, table)}\n")
+                     f"{_continued_note(name)}{page_table(name, table)}\n")
     parts.append(second_half_section())
     parts.append(sweep_section())
     parts.append(screen_section())
