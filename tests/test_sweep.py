@@ -133,3 +133,24 @@ def test_a_point_with_two_steps_per_method_is_no_sweep():
     assert len(set(sweep.multipliers("math-n0-4-640-avx2").values())) >= 3
     assert not sweep.is_sweep("math-n0-4-640-avx2")
     assert sweep.is_sweep(POINT)
+
+
+def test_the_frontier_gap_is_the_best_control_cell_reaching_the_same_pass_at_1():
+    """frontier_gap's estimate recomputed from the cell table by brute force: for each sera cell,
+    its Pass@K minus the largest MaxRL Pass@K among the cells whose Pass@1 is at least its own."""
+    table = sweep.cells(POINT)
+    table = table[table["seeds"] >= MIN_SEEDS].pivot_table(index=["method", "multiplier"],
+                                                           columns="k", values="mean")
+    for k in (8, 32):
+        found = sweep.frontier_gap(POINT, k, draws=200).set_index("multiplier")
+        for mult, row in table.loc["sera"].iterrows():
+            reaching = [r[k] for _, r in table.loc["maxrl"].iterrows() if r[1] >= row[1]]
+            expected = row[k] - max(reaching) if reaching else math.nan
+            got = found.loc[mult, "gap"]
+            assert (math.isnan(got) and math.isnan(expected)) or \
+                got == pytest.approx(expected, abs=1e-12)
+            if not math.isnan(got):
+                assert found.loc[mult, "low"] <= found.loc[mult, "high"]
+    # a point above every control cell's Pass@1 has no frontier to compare with
+    assert math.isnan(sweep._above(np.array([[0.3, 0.6], [0.4, 0.5]]), 0.45, 0.7))
+    assert sweep._above(np.array([[0.3, 0.6], [0.4, 0.5]]), 0.35, 0.7) == pytest.approx(0.2)
