@@ -221,5 +221,8 @@ def test_the_step_kinds_read_the_stored_learning_rate_sweep():
     gain = a.mean() - b.mean()
     assert quotes.value("step_bracket", name, "sera", 1) == _bracket(gain, gain - half,
                                                                        gain + half)
+    frontier = sweep.frontier_gap(name, 32).set_index("multiplier").loc[best["sera"]]
+    assert quotes.value("frontier_bracket", name, "sera", 32) == _bracket(
+        frontier["gap"], frontier["low"], frontier["high"])
     with pytest.raises(KeyError, match="unknown field kind"):
         quotes.value("step_nothing", name, "sera", 1)

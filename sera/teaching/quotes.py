@@ -41,7 +41,9 @@ the same point instead of over MaxRL. The diagnosis kinds name a row after "@":
 The learning-rate sweeps at a confirmation point (sera.studies.sweep: maze-n0-8-long-lr,
 math-n0-4-320-lr) give a method's chosen step as a multiple of the preset's (step_chosen), and
 the tuned comparison, on the held-out prompts that did not choose: the method at its step minus
-the point's control at its own, Welch, in points (step_bracket, step_gain, step_interval)
+the point's control at its own, Welch, in points (step_bracket, step_gain, step_interval), and
+how far the method at its chosen step lies above the control's Pass@1-Pass@K frontier, with its
+interval (frontier_bracket; sweep.frontier_gap)
     {step_chosen|maze-n0-8-long-lr|sera}    {step_bracket|maze-n0-8-long-lr|sera|8}
 
 The tuning sweeps of notebook 06 (sera.studies.tuning: digits-lr, maze-lr) give, with the
@@ -83,7 +85,7 @@ DIAGNOSIS_KINDS = ("band_bracket", "band_size", "band_rollouts", "band_signal", 
 TUNING_KINDS = ("tuned_bracket", "tuned_size", "tuned_interval", "shared_bracket", "shared_size",
                 "shared_interval", "best_lr", "shared_lr", "stopped", "stopped_first",
                 "stopped_last", "runs", "rollouts")
-SWEEP_KINDS = ("step_chosen", "step_bracket", "step_gain", "step_interval")
+SWEEP_KINDS = ("step_chosen", "step_bracket", "step_gain", "step_interval", "frontier_bracket")
 FIELD = re.compile(r"\{(\w+)\|([^{}|]+)\|([^{}|]+)(?:\|(\d+))?\}")
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+")
 
@@ -206,10 +208,20 @@ def _swept(point: str):
 def _stepped(kind: str, point: str, method: str, k: int | None) -> str:
     if kind == "step_chosen":
         return f"{_swept(point)[method]:g}"
+    if kind == "frontier_bracket":
+        row = _frontier(point, method, k or 8).set_index("multiplier").loc[_swept(point)[method]]
+        return _bracket(row["gap"], row["low"], row["high"])
     row = _tuned_at(point, method).set_index("k").loc[k or 1]  # ValueError until the grid lands
     return {"step_bracket": lambda: _bracket(row["gain"], row["low"], row["high"]),
             "step_gain": lambda: _signed(row["gain"]),
             "step_interval": lambda: f"{_signed(row['low'])} to {_signed(row['high'])}"}[kind]()
+
+
+@functools.cache
+def _frontier(point: str, method: str, k: int):
+    from sera.studies import sweep
+
+    return sweep.frontier_gap(point, k, method)
 
 
 @functools.cache
