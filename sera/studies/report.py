@@ -279,13 +279,14 @@ def tuned_table() -> str:
     paper's `sera` at its own chosen step against the control at its own, per K on the reporting
     half of the held-out prompts (sera.studies.sweep.tuned), with each side's step and the
     control's Pass@K; a sweep whose grid is still landing is named with what it waits for."""
-    rows, waiting = [], []
+    rows, waiting, said = [], [], []
     for name in filter(sweep.is_sweep, stored_points()):
         try:
             gap = sweep.tuned(name)
         except ValueError as exc:
             waiting.append(str(exc))
             continue
+        said.append(_tuned_sentence(name, gap))
         control = confirm.point(name).control
         picks = sweep.chosen(name).set_index("method")["multiplier"]
         level = sweep.cells(name, sweep.REPORT).set_index(["method", "multiplier", "k"])["mean"]
@@ -299,7 +300,23 @@ def tuned_table() -> str:
                                                            r.paired_high),
                          "seeds": f"{r.seeds[0]} and {r.seeds[1]}"})
     parts = [pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)] if rows else []
-    return "\n\n".join(parts + [f"Not yet tuned: {reason}." for reason in waiting])
+    return "\n\n".join(parts + said + [f"Not yet tuned: {reason}." for reason in waiting])
+
+
+def _tuned_sentence(name: str, gap: pd.DataFrame) -> str:
+    """The tuned comparison of one sweep in words: its verdict at each K (sera.results.verdict,
+    Welch), and how far `sera` at its step lies above the control's frontier at the largest K."""
+    control = confirm.point(name).control
+    verdicts = ", ".join(f"{verdict(r.gain, r.low, r.high)} at Pass@{r.k}"
+                         for r in gap.itertuples())
+    k = max(sweep.FRONTIER_KS)
+    step = sweep.chosen(name).set_index("method").loc["sera", "multiplier"]
+    above = sweep.frontier_gap(name, k).set_index("multiplier").loc[step]
+    where = (f"{_bracket(above['gap'], above['low'], above['high'])} points above {control}'s "
+             f"Pass@1-Pass@{k} frontier (the best {control} step reaching its Pass@1)"
+             if math.isfinite(above["gap"]) else f"above every {control} step at Pass@1")
+    return (f"`{name}`: tuned, `sera` is {verdicts} against {control}; at its step it lies "
+            f"{where}.")
 
 
 def readme_tuned_table() -> str:
