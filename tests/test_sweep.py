@@ -154,3 +154,15 @@ def test_the_frontier_gap_is_the_best_control_cell_reaching_the_same_pass_at_1()
     # a point above every control cell's Pass@1 has no frontier to compare with
     assert math.isnan(sweep._above(np.array([[0.3, 0.6], [0.4, 0.5]]), 0.45, 0.7))
     assert sweep._above(np.array([[0.3, 0.6], [0.4, 0.5]]), 0.35, 0.7) == pytest.approx(0.2)
+
+
+def test_the_step_ratio_reads_both_chosen_steps(monkeypatch):
+    picks = sweep.chosen(POINT).set_index("method")["multiplier"]
+    ratio = sweep.step_ratio(POINT)
+    assert (ratio["sera"], ratio["control"]) == (picks["sera"], picks["maxrl"])
+    assert ratio["ratio"] == pytest.approx(picks["sera"] / picks["maxrl"])
+    assert ratio["side"] == ("below" if picks["sera"] < picks["maxrl"] else
+                             "at" if picks["sera"] == picks["maxrl"] else "above")
+    partial = sweep.chosen(POINT).assign(cells=lambda t: t["cells"] - (t["method"] == "maxrl"))
+    monkeypatch.setattr(sweep, "chosen", lambda name: partial)
+    assert sweep.step_ratio(POINT) == {}  # a provisional choice is no measurement

@@ -318,7 +318,29 @@ def section(name: str) -> str:
             f"{checked['below_warmup']} of {checked['seeds']} seeds below the warm-up; over the "
             f"second half its training reward moved {100 * checked['reward_change']:+.1f} "
             f"points and its token entropy {checked['entropy_change']:+.3f}.\n")
+    ratio = step_ratio(name)
+    if ratio:
+        lines.append(
+            f"The account's prediction (b), each method's best step in proportion to its "
+            f"evidence (`sera`'s about 0.75 of MaxRL's, so below it on the grid): `sera` chose "
+            f"{ratio['sera']:g}x and MaxRL {ratio['control']:g}x, a ratio of "
+            f"{ratio['ratio']:.2f} ({ratio['side']} MaxRL's).\n")
     return "\n".join(lines)
+
+
+def step_ratio(name: str, treatment: str = "sera") -> dict:
+    """The prediction (b) as measured: the treatment's chosen step over the control's, once both
+    are chosen among their whole grids ({} before): keys sera, control, ratio and side ("below",
+    "at" or "above" the control's step)."""
+    picks = chosen(name).set_index("method")
+    control = point(name).control
+    if not {treatment, control} <= set(picks.index) or \
+            (picks["cells"] < picks["registered"]).loc[[treatment, control]].any():
+        return {}
+    mine, theirs = picks.loc[treatment, "multiplier"], picks.loc[control, "multiplier"]
+    side = "below" if mine < theirs else "at" if mine == theirs else "above"
+    return {"sera": float(mine), "control": float(theirs), "ratio": float(mine / theirs),
+            "side": side}
 
 
 def main(argv=None) -> int:
