@@ -278,3 +278,21 @@ def test_runs_that_repeat_or_continue_another_point_s_are_named():
     # math-n0-4-320-avx2's MaxRL trained on AVX2 from the same warm-up: another sample
     assert all(other != "math-n0-4-320-avx2" for other, _, _ in found.get("maxrl", []))
     assert report.machines("math-n0-4-320-avx2")["maxrl"] == "AVX2"
+
+
+def test_the_discount_reading_follows_the_regret_table():
+    """The sentence's numbers against the regret table read directly: the best counts discount
+    on the sequence points (smallest worst regret over them), the default's range there, and
+    that discount's worst on the other points."""
+    from sera.studies import discount
+
+    table = pd.read_csv(discount.FOLDER / discount.BRIER)
+    gap = 1e4 * discount.regret(table)
+    sequence = [c for c in gap.columns if c in confirm.POINTS]
+    others = [c for c in gap.columns if c not in sequence and c != "worst"]
+    best = gap[sequence].max(axis=1).idxmin()
+    said = report._discount_reading(gap)
+    assert best != discount.DEFAULT  # as stored: the sequence points alone prefer another
+    assert said.startswith(f"On the sequence points alone {best} predicts best")
+    assert f"{gap.loc[discount.DEFAULT, sequence].max():.1f} there" in said
+    assert f"{gap.loc[best, others].max():.1f} on" in said
