@@ -269,7 +269,7 @@ def readme_table() -> str:
                     row[arm] = ""
             rows.append(row)
     return (pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
-            + "\n\n† this arm and its MaxRL trained on different instruction sets.\n"
+            + "\n\n† this arm and its MaxRL trained on different instruction sets.\n\n"
             "‡ these runs repeat or continue another point's (the same runs through its last "
             "step, not a second sample; docs/results.md names them).")
 
