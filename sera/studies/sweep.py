@@ -9,7 +9,7 @@ prompts it is judged on. A point is a sweep when its arms change only the learni
 runs at fewer than MIN_STEPS steps (an arm beside the sweep, at the preset step) has cells and
 comparisons but no chosen step.
 
-    python -m sera.studies.sweep maze-n0-8-long-lr      # tables, and figures/lr_frontier_<point>
+    python -m sera.studies.sweep maze-n0-8-long-lr      # tables, and its frontier figure
 """
 
 from __future__ import annotations
@@ -252,7 +252,8 @@ def is_sweep(name: str) -> bool:
 
 
 def figure_name(name: str) -> str:
-    return f"lr_frontier_{name}"
+    """The frontier figure's file name (figures/<it>.png), in the letters a figure name takes."""
+    return f"lr_frontier_{name.replace('-', '_')}"
 
 
 def _interval(mean, low, high, scale: float = 100, sign: str = "") -> str:
@@ -364,7 +365,8 @@ def main(argv=None) -> int:
         from sera.plotting import savefig
         from sera.plotting.sweep import plot_frontier
 
-        print(savefig(plot_frontier(cells(args.point)), f"lr_frontier_{args.point}"))
+        print(savefig(plot_frontier(cells(args.point), title=args.point),
+                      figure_name(args.point)))
     return 0
 
 
