@@ -262,8 +262,8 @@ def _interval(mean, low, high, scale: float = 100, sign: str = "") -> str:
 
 def section(name: str) -> str:
     """The results page's section of one sweep: every cell at K = 1, 8, 32 (all held-out
-    prompts), each method's chosen step, the tuned comparison on REPORT, the account's
-    prediction (a) and the frontier figure."""
+    prompts), each method's chosen step, the tuned comparison on REPORT, how far `sera` lies
+    above MaxRL's frontier, the account's predictions (a) and (b), and the frontier figure."""
     table = cells(name)
     wide = []
     for (method, mult), part in table.groupby(["method", "multiplier"]):
@@ -297,6 +297,12 @@ def section(name: str) -> str:
                  "seeds": f"{r.seeds[0]} and {r.seeds[1]}"} for r in gap.itertuples()]
         lines += ["The tuned comparison, on the odd held-out prompts only:\n",
                   pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True), ""]
+    lines += _frontier_lines(name) + _account_lines(name)
+    return "\n".join(lines)
+
+
+def _frontier_lines(name: str) -> list[str]:
+    """The section's frontier table (frontier_gap at FRONTIER_KS), as markdown lines."""
     frontier = []
     for k in FRONTIER_KS:
         for r in frontier_gap(name, k).itertuples():
@@ -305,11 +311,17 @@ def section(name: str) -> str:
                              "above MaxRL's frontier [95% interval]":
                                  _interval(r.gap, r.low, r.high, sign="+")
                                  if math.isfinite(r.gap) else "no MaxRL step reaches its Pass@1"})
-    if frontier:
-        lines += ["Does `sera` move the frontier or slide along it? Each `sera` cell's Pass@K "
-                  "minus the best Pass@K of the MaxRL steps that reach at least its Pass@1 (all "
-                  "held-out prompts; the interval resamples each cell's seeds, 2,000 times):\n",
-                  pd.DataFrame(frontier).to_markdown(index=False, disable_numparse=True), ""]
+    if not frontier:
+        return []
+    return ["Does `sera` move the frontier or slide along it? Each `sera` cell's Pass@K minus the "
+            "best Pass@K of the MaxRL steps that reach at least its Pass@1 (all held-out prompts; "
+            "the interval resamples each cell's seeds, 2,000 times):\n",
+            pd.DataFrame(frontier).to_markdown(index=False, disable_numparse=True), ""]
+
+
+def _account_lines(name: str) -> list[str]:
+    """The account's predictions (a) and (b) as measured, once their cells are complete."""
+    lines = []
     checked = account(name)
     if checked:
         lines.append(
@@ -326,7 +338,7 @@ def section(name: str) -> str:
             f"evidence (`sera`'s about 0.75 of MaxRL's, so below it on the grid): `sera` chose "
             f"{ratio['sera']:g}x and MaxRL {ratio['control']:g}x, a ratio of "
             f"{ratio['ratio']:.2f} ({ratio['side']} MaxRL's).\n")
-    return "\n".join(lines)
+    return lines
 
 
 def step_ratio(name: str, treatment: str = "sera") -> dict:
