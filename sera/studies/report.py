@@ -96,9 +96,15 @@ def _prediction(name: str) -> pd.DataFrame:
 
 def _controls(control: str, arms: list[str], arm: str, tag: str) -> list[str]:
     """The point's control, and the control with the same changes where the point has it
-    (e.g. "maxrl lr-half")."""
+    (e.g. "maxrl lr-half"); for a method that sets its own step (sera-evidence-step), the
+    control at every smaller step the point runs it at ("maxrl lr-half"), the nearest to
+    what that method's steps average."""
     same = f"{control} {tag}" if tag else None
-    return [control, *([same] if same in arms and same != arm else [])]
+    out = [control, *([same] if same in arms and same != arm else [])]
+    method = METHODS.get(arm.split(" ")[0])
+    if not tag and method is not None and method.evidence_step:
+        out += [a for a in arms if a.startswith(f"{control} lr-") and a not in out]
+    return out
 
 
 @functools.cache
@@ -174,9 +180,10 @@ def with_bh(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
 
 
 def page_ks(point) -> tuple[int, ...]:
-    """Pass@1, the K the point was sized for, and Pass@32 where the evaluation drew 32 or more."""
-    large = {32} if point.config.final_samples >= 32 else set()
-    return tuple(sorted({1, point.k} | large))
+    """Pass@1, the K the point was sized for, and Pass@8 and Pass@32 where the evaluation drew
+    that many or more."""
+    drawn = {k for k in (8, 32) if point.config.final_samples >= k}
+    return tuple(sorted({1, point.k} | drawn))
 
 
 def control_level(name: str, ks=None) -> dict[int, float]:
@@ -210,10 +217,13 @@ def _differs(row) -> str:
     scaled = [name for name in (row.arm, row.against)
               if METHODS.get(name.split(" ")[0]) is not None
               and METHODS[name.split(" ")[0]].evidence_step]
-    if not math.isclose(row.step, row.against_step):
+    if scaled:  # its own scale: the preset's step times a factor of at most 1, batch by batch
+        steps = [f"{row.step:g}x" if row.arm not in scaled else "its own",
+                 f"{row.against_step:g}x" if row.against not in scaled else "its own"]
+        said.append(f"step ({' and '.join(scaled)} scales its own by the evidence; "
+                    f"{steps[0]} against {steps[1]})")
+    elif not math.isclose(row.step, row.against_step):
         said.append(f"step ({row.step:g}x against {row.against_step:g}x)")
-    if scaled:
-        said.append(f"step ({' and '.join(scaled)} scales its own by the evidence)")
     if row.machine != row.against_machine:
         said.append(f"instruction set ({row.machine} against {row.against_machine})")
     if row.stack != row.against_stack:
