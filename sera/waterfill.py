@@ -231,7 +231,7 @@ class Solution:
     inner_budget: int  # the part of the budget the 0 < p < 1 prompts share
     n_inner: int  # prompts with 0 < p < 1
     interior: bool  # the level lies in the interior phase, 0 < lam < inf
-    n_zero: int = 0  # prompts with p = 0
+    n_zero: int  # prompts with p = 0
 
     @property
     def lam(self) -> float:

@@ -294,5 +294,6 @@ def test_the_discount_reading_follows_the_regret_table():
     said = report._discount_reading(gap)
     assert best != discount.DEFAULT  # as stored: the sequence points alone prefer another
     assert said.startswith(f"On the sequence points alone {best} predicts best")
-    assert f"{gap.loc[discount.DEFAULT, sequence].max():.1f} there" in said
+    cost = gap.loc[discount.DEFAULT, sequence]
+    assert f"costs {cost.min():.1f}-{cost.max():.1f} there" in said
     assert f"{gap.loc[best, others].max():.1f} on" in said

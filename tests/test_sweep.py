@@ -125,7 +125,8 @@ def test_an_arm_beside_the_sweep_has_cells_but_no_chosen_step(monkeypatch):
     monkeypatch.setattr(sweep, "cells", lambda *a, **k: pd.concat([table, beside]))
     picks = sweep.chosen(name)
     assert "sera-evidence-waterline" not in set(picks["method"])
-    assert {"maxrl", "sera"} <= set(picks["method"])  # its best cell did not displace theirs
+    with pytest.raises(ValueError, match="fewer than 3 steps"):
+        sweep.tuned(name, "sera-evidence-waterline")
 
 
 def test_a_point_with_two_steps_per_method_is_no_sweep():
@@ -157,12 +158,45 @@ def test_the_frontier_gap_is_the_best_control_cell_reaching_the_same_pass_at_1()
 
 
 def test_the_step_ratio_reads_both_chosen_steps(monkeypatch):
-    picks = sweep.chosen(POINT).set_index("method")["multiplier"]
-    ratio = sweep.step_ratio(POINT)
-    assert (ratio["sera"], ratio["control"]) == (picks["sera"], picks["maxrl"])
-    assert ratio["ratio"] == pytest.approx(picks["sera"] / picks["maxrl"])
-    assert ratio["side"] == ("below" if picks["sera"] < picks["maxrl"] else
-                             "at" if picks["sera"] == picks["maxrl"] else "above")
-    partial = sweep.chosen(POINT).assign(cells=lambda t: t["cells"] - (t["method"] == "maxrl"))
-    monkeypatch.setattr(sweep, "chosen", lambda name: partial)
+    def picks(sera, maxrl, cells=(5, 5)):
+        return pd.DataFrame({"method": ["maxrl", "sera"], "multiplier": [maxrl, sera],
+                             "select_pass1": [0.3, 0.3], "cells": list(cells),
+                             "registered": [5, 5], "at_edge": [False, False]})
+
+    for (sera, maxrl), side in (((0.5, 0.7), "below"), ((0.5, 0.5), "at"), ((0.5, 0.35), "above")):
+        monkeypatch.setattr(sweep, "chosen", lambda name, s=sera, m=maxrl: picks(s, m))
+        ratio = sweep.step_ratio(POINT)
+        assert (ratio["sera"], ratio["control"], ratio["side"]) == (sera, maxrl, side)
+        assert ratio["ratio"] == pytest.approx(sera / maxrl)
+    monkeypatch.setattr(sweep, "chosen", lambda name: picks(0.5, 0.7, cells=(4, 5)))
     assert sweep.step_ratio(POINT) == {}  # a provisional choice is no measurement
+
+
+def test_the_frontier_gap_on_cells_whose_answer_is_known(monkeypatch):
+    """Synthetic seeds: two MaxRL cells (Pass@1, Pass@8) = (0.5, 0.6) and (0.4, 0.7), the same in
+    every seed, so that every resample gives the same frontier; sera cells below, above and at
+    the edge of MaxRL's Pass@1 range."""
+    rows = []
+    for method, mult, pass1, pass8, spread in (
+            ("maxrl", 1.0, 0.5, 0.6, 0.0), ("maxrl", 0.5, 0.4, 0.7, 0.0),
+            ("sera", 0.5, 0.3, 0.9, 0.0),    # below both: 0.9 - max(0.6, 0.7) = +0.2
+            ("sera", 1.0, 0.6, 0.9, 0.0),    # above every MaxRL Pass@1: no frontier
+            ("sera", 0.7, 0.49, 0.65, 0.02)):  # at the edge: some resamples pass 0.5
+        for seed in range(6):
+            wobble = spread * (1 if seed % 2 else -1)
+            for k, value in ((1, pass1 + wobble), (8, pass8)):
+                rows.append({"method": method, "multiplier": mult, "seed": seed, "k": k,
+                             "split": "all", "value": value})
+    monkeypatch.setattr(sweep, "per_seed", lambda name, ks: pd.DataFrame(rows))
+    gap = sweep.frontier_gap(POINT, 8, draws=400).set_index("multiplier")
+    assert gap.loc[0.5, ["gap", "low", "high"]].tolist() == pytest.approx([0.2, 0.2, 0.2])
+    assert gap.loc[0.5, "dropped"] == 0
+    assert math.isnan(gap.loc[1.0, "gap"]) and math.isnan(gap.loc[1.0, "low"])
+    edge = gap.loc[0.7]
+    assert edge["gap"] == pytest.approx(0.65 - 0.6)  # its mean Pass@1 0.49 is reached by 0.5
+    # a resample whose Pass@1 passes 0.5 has no frontier: that takes 5 or 6 of its 6 draws from
+    # the seeds at 0.51 (7 in 64 resamples), above MAX_DROPPED, so there is no interval
+    assert edge["dropped"] > sweep.MAX_DROPPED and math.isnan(edge["low"])
+    monkeypatch.setattr(sweep, "per_seed", lambda name, ks: pd.DataFrame(
+        [r for r in rows if r["method"] == "sera"]))
+    assert sweep.frontier_gap(POINT, 8, draws=10).empty  # no MaxRL cell yet: no rows

@@ -96,9 +96,9 @@ def _prediction(name: str) -> pd.DataFrame:
 
 def _controls(control: str, arms: list[str], arm: str, tag: str) -> list[str]:
     """The point's control, and the control with the same changes where the point has it
-    (e.g. "maxrl lr-half"); for a method that sets its own step (sera-evidence-step), the
-    control at every smaller step the point runs it at ("maxrl lr-half"), the nearest to
-    what that method's steps average."""
+    (e.g. "maxrl lr-half"); for a method that sets its own step (sera-evidence-step), also the
+    control at every other step the point runs it at ("maxrl lr-half"), since that method's
+    steps are not the preset's."""
     same = f"{control} {tag}" if tag else None
     out = [control, *([same] if same in arms and same != arm else [])]
     method = METHODS.get(arm.split(" ")[0])
@@ -321,9 +321,10 @@ def _tuned_sentence(name: str, gap: pd.DataFrame) -> str:
                          for r in gap.itertuples())
     k = max(sweep.FRONTIER_KS)
     step = sweep.chosen(name).set_index("method").loc["sera", "multiplier"]
-    above = sweep.frontier_gap(name, k).set_index("multiplier").loc[step]
+    above = sweep.frontier_gap(name, k, split=sweep.REPORT).set_index("multiplier").loc[step]
     where = (f"{_bracket(above['gap'], above['low'], above['high'])} points above {control}'s "
-             f"Pass@1-Pass@{k} frontier (the best {control} step reaching its Pass@1)"
+             f"Pass@1-Pass@{k} frontier on the same half (the best {control} step reaching its "
+             f"Pass@1; bootstrap percentile interval)"
              if math.isfinite(above["gap"]) else f"above every {control} step at Pass@1")
     return (f"`{name}`: tuned, `sera` is {verdicts} against {control}; at its step it lies "
             f"{where}.")
@@ -387,36 +388,45 @@ tokens, reward), from which a statement about response lengths or lone successes
 """
 
 
+TRAJECTORY = ("train_reward", "token_entropy", "response_length")
+"""The per-step training metrics `continued` matches run against run."""
+
+
 @functools.cache
-def _rewards(name: str) -> pd.DataFrame:
-    """A point's training reward per (arm, method, seed, step), from its stored metrics."""
+def _trajectory(name: str) -> pd.DataFrame:
+    """A point's per-step training metrics (TRAJECTORY), one row per (arm, method, seed, step,
+    metric), from its stored metrics."""
     metrics = stored_table(name, "metrics")
-    return metrics[metrics["metric"] == "train_reward"][["arm", "method", "seed", "step", "value"]]
+    return metrics[metrics["metric"].isin(TRAJECTORY)][
+        ["arm", "method", "seed", "step", "metric", "value"]]
 
 
 def continued(name: str) -> dict[str, list[tuple[str, str, int]]]:
     """Per arm of the point, the (point, arm, steps) of other stored points, no longer than this
     one, whose runs it repeats or continues: the same warm-up (its fingerprint), the same method,
-    and for every seed both have the same training reward to the last bit at every step the other
-    ran. Through those steps they are the same runs, not a second sample."""
+    and for every seed both have the same training reward, token entropy and response length to
+    the last bit at every step the other ran. Through those steps they are the same runs, not a
+    second sample."""
     mine = confirm.stored(name).get(runstore.WARMUP_FINGERPRINT)
     steps = confirm.point(name).config.steps
     found: dict[str, list] = {}
     if mine is None:
         return found
-    ours = _rewards(name)
+    ours = _trajectory(name)
+    key = ["seed", "step", "metric"]
     for other in stored_points():
         shorter = confirm.point(other).config.steps
         if other == name or shorter > steps or \
                 confirm.stored(other).get(runstore.WARMUP_FINGERPRINT) != mine:
             continue
-        theirs = _rewards(other)
+        theirs = _trajectory(other)
         for (arm, method), run in ours[ours["step"] < shorter].groupby(["arm", "method"]):
-            run = run.set_index(["seed", "step"])["value"]
+            run = run.set_index(key)["value"]
             for their_arm, part in theirs[theirs["method"] == method].groupby("arm"):
-                part = part.set_index(["seed", "step"])["value"]
+                part = part.set_index(key)["value"]
                 both = run.index.intersection(part.index)
-                if len(both) and len(both) == len(part) and (run[both] == part[both]).all():
+                if len(both) and len(both) == len(part) and \
+                        run[both].fillna(-1.0).equals(part[both].fillna(-1.0)):
                     found.setdefault(arm, []).append((other, their_arm, shorter))
     # the longest runs continued only: they hold the shorter ones
     return {arm: [p for p in places if p[2] == max(q[2] for q in places)]
@@ -432,7 +442,8 @@ def _continued_note(name: str) -> str:
         f"{other}'s `{their}`" for other, their, _ in places) + f" through step {places[0][2]}"
         for arm, places in found.items())
     return (f"Same runs, not a second sample: {said}. Each has the same warm-up and, for every "
-            f"seed, the same training reward at every one of those steps.\n\n")
+            f"seed, the same training reward, token entropy and response length at every one of "
+            f"those steps.\n\n")
 
 
 def page() -> str:
@@ -592,7 +603,7 @@ def _discount_reading(gap: pd.DataFrame) -> str:
     return (f"On the sequence points alone {best} predicts best (worst regret "
             f"{worst_sequence[best]:.1f}); {discount.DEFAULT} costs {cost.min():.1f}-"
             f"{cost.max():.1f} there, while {best} would cost {gap.loc[best, others].max():.1f} on "
-            f"{', '.join(others)}, where the policy improves fastest. The choice stands as the "
+            f"{', '.join(others)}. The choice stands as the "
             f"one no task pays much for; whether {best}'s better prediction on the sequence "
             f"points changes what `sera` trains is not measured (it needs `sera` runs at "
             f"{best}, a named variant).")

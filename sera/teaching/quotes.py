@@ -42,8 +42,8 @@ The learning-rate sweeps at a confirmation point (sera.studies.sweep: maze-n0-8-
 math-n0-4-320-lr) give a method's chosen step as a multiple of the preset's (step_chosen), and
 the tuned comparison, on the held-out prompts that did not choose: the method at its step minus
 the point's control at its own, Welch, in points (step_bracket, step_gain, step_interval), and
-how far the method at its chosen step lies above the control's Pass@1-Pass@K frontier, with its
-interval (frontier_bracket; sweep.frontier_gap)
+how far the method at its chosen step lies above the control's Pass@1-Pass@K frontier on the
+same prompts, with its bootstrap interval (frontier_bracket, K 32 unless given; sweep.frontier_gap)
     {step_chosen|maze-n0-8-long-lr|sera}    {step_bracket|maze-n0-8-long-lr|sera|8}
 
 The tuning sweeps of notebook 06 (sera.studies.tuning: digits-lr, maze-lr) give, with the
@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import re
 import sys
 from pathlib import Path
@@ -209,7 +210,9 @@ def _stepped(kind: str, point: str, method: str, k: int | None) -> str:
     if kind == "step_chosen":
         return f"{_swept(point)[method]:g}"
     if kind == "frontier_bracket":
-        row = _frontier(point, method, k or 8).set_index("multiplier").loc[_swept(point)[method]]
+        row = _frontier(point, method, k or 32).set_index("multiplier").loc[_swept(point)[method]]
+        if not (math.isfinite(row["gap"]) and math.isfinite(row["low"])):
+            raise KeyError(f"{point}: no frontier gap with an interval for {method} at Pass@{k}")
         return _bracket(row["gap"], row["low"], row["high"])
     row = _tuned_at(point, method).set_index("k").loc[k or 1]  # ValueError until the grid lands
     return {"step_bracket": lambda: _bracket(row["gain"], row["low"], row["high"]),
@@ -221,7 +224,7 @@ def _stepped(kind: str, point: str, method: str, k: int | None) -> str:
 def _frontier(point: str, method: str, k: int):
     from sera.studies import sweep
 
-    return sweep.frontier_gap(point, k, method)
+    return sweep.frontier_gap(point, k, method, split=sweep.REPORT)
 
 
 @functools.cache
