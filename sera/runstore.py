@@ -107,6 +107,33 @@ def has_warmup(folder) -> bool:
     return warmup_stamp(folder).exists()
 
 
+def stored_warmup(point: str) -> Path:
+    """The warm-up a stored point keeps beside its runs (its weights, tokenizer and
+    warmup.json), or FileNotFoundError where it keeps none."""
+    folder = warmup_dir(STUDY_DIR / point)
+    if not has_warmup(folder):
+        kept = sorted(p.parents[1].name for p in STUDY_DIR.glob(f"*/{WARMUP}/{WARMUP_STAMP}"))
+        raise FileNotFoundError(f"the stored point {point!r} keeps no warm-up in {folder}; "
+                                f"these do: {', '.join(kept) or 'none'}")
+    return folder
+
+
+def seed_warmup(folder, source) -> bool:
+    """Copy the warm-up folder `source` to the warm-up folder `folder` where that holds no
+    finished warm-up (a crash's leftovers are replaced), under folder's lock; whether it
+    copied. Runs that start from `folder` then start from source's weights on any machine."""
+    import shutil
+
+    if not has_warmup(source):
+        raise FileNotFoundError(f"no warm-up to copy in {source} (no {WARMUP_STAMP})")
+    with claim(folder, wait=True):
+        if has_warmup(folder):
+            return False
+        shutil.rmtree(folder, ignore_errors=True)
+        copy_folder(source, folder)
+        return True
+
+
 def first_evaluation(folder, key: str) -> Path:
     """Where a warm-up folder keeps the step-0 evaluation whose settings hash to `key`."""
     return Path(folder) / "evaluations" / f"step0-{key}.json"

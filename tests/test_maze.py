@@ -1,6 +1,7 @@
 """Maze task: generator, splits, verifier, tokenizer; the RL loop's loss by hand; smoke runs."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pandas as pd
@@ -364,3 +365,31 @@ def test_measuring_the_update_changes_no_number_and_a_large_model_skips_it(tmp_p
     assert "update_norm" in set(measured["metric"]) and "update_norm" not in set(skipped["metric"])
     pd.testing.assert_frame_equal(measured[measured["metric"] != "update_norm"]
                                   .reset_index(drop=True), skipped.reset_index(drop=True))
+
+
+def test_a_grid_started_from_a_stored_warm_up_trains_none_unless_its_settings_differ(tmp_path):
+    # As notebooks 05-07 do with the stored study's warm-up: the copy is used as it is, and the
+    # runs record its fingerprint; a grid whose warm-up settings differ trains its own.
+    from sera import runstore
+    from sera.trainers import sequence as seq
+
+    stored = tmp_path / "stored"
+    sequence.train(_tiny(tmp_path, method="maxrl", steps=1, warmup_dir=str(stored)),
+                   maze_trainer.build)
+    record = json.loads(runstore.warmup_stamp(stored).read_text())
+    base = _tiny(tmp_path, steps=1)
+    seq.run_grid(base, maze_trainer.build, [("sera", "token-mean")], [0], tmp_path / "grid",
+                 progress=False, warmup_from=stored)
+    here = runstore.warmup_dir(tmp_path / "grid")
+    assert json.loads(runstore.warmup_stamp(here).read_text()) == record
+    assert ((here / "model.safetensors").read_bytes()
+            == (stored / "model.safetensors").read_bytes())
+    run = tmp_path / "grid" / "sera_n0-4_token-mean_seed-0"
+    starts = [r for r in runstore.records(run) if runstore.WARMUP_FINGERPRINT in r]
+    assert {r[runstore.WARMUP_FINGERPRINT] for r in starts} == {record["fingerprint"]}
+    other = dataclasses.replace(base, warmup_steps=2)
+    seq.run_grid(other, maze_trainer.build, [("sera", "token-mean")], [0], tmp_path / "other",
+                 progress=False, warmup_from=stored)
+    retrained = json.loads(runstore.warmup_stamp(runstore.warmup_dir(tmp_path / "other"))
+                           .read_text())
+    assert retrained["settings"]["warmup_steps"] == 2 and len(retrained["rows"]) == 2

@@ -168,3 +168,39 @@ def test_the_warm_up_folder_names_are_spelled_in_the_run_store_only():
     assert warmup == Path("grid") / runstore.WARMUP
     assert runstore.warmup_stamp(warmup).parent == warmup
     assert runstore.first_evaluation(warmup, "ab12").parent.parent == warmup
+
+
+def _warmup(folder: Path, marker: str) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_text(marker)
+    runstore.write_json(runstore.warmup_stamp(folder), {"settings": {}, "fingerprint": marker})
+    return folder
+
+
+def test_a_warm_up_is_seeded_where_there_is_none_and_never_over_a_finished_one(tmp_path):
+    source = _warmup(tmp_path / "stored", "stored")
+    target = tmp_path / "runs" / runstore.WARMUP
+    target.mkdir(parents=True)
+    (target / "model.safetensors").write_text("half written")  # a crash before its stamp
+    assert runstore.seed_warmup(target, source)
+    assert (target / "model.safetensors").read_text() == "stored"
+    assert runstore.has_warmup(target)
+    trained = _warmup(tmp_path / "trained" / runstore.WARMUP, "trained here")
+    assert not runstore.seed_warmup(trained, source)
+    assert (trained / "model.safetensors").read_text() == "trained here"
+    with pytest.raises(FileNotFoundError, match="no warm-up to copy"):
+        runstore.seed_warmup(tmp_path / "other", tmp_path / "nowhere")
+    assert not (tmp_path / "other").exists()
+
+
+def test_a_stored_point_names_its_warm_up_or_says_which_points_keep_one(tmp_path, monkeypatch):
+    stamps = sorted(runstore.STUDY_DIR.glob(f"*/{runstore.WARMUP}/{runstore.WARMUP_STAMP}"))
+    assert stamps  # the stored study keeps warm-ups, the notebooks' among them
+    for stamp in stamps:
+        assert runstore.stored_warmup(stamp.parents[1].name) == stamp.parent
+    monkeypatch.setattr(runstore, "STUDY_DIR", tmp_path)
+    _warmup(runstore.warmup_dir(tmp_path / "kept"), "kept")
+    (tmp_path / "bare").mkdir()
+    assert runstore.stored_warmup("kept") == tmp_path / "kept" / runstore.WARMUP
+    with pytest.raises(FileNotFoundError, match="these do: kept"):
+        runstore.stored_warmup("bare")

@@ -387,9 +387,9 @@ def main(argv=None) -> int:
 
 TRAINING_ORDER = ("06", "07", "04", "05")
 """The order the training notebooks start in: 06 first, since 04 reads back the digits runs and
-05 the maze warm-up and runs that 06 trains (one run store, build/runs); with two at a time, 04
-and 05 start once 07 and 06 are done (`make figures` prints each notebook's time) and read them
-back rather than train them beside it."""
+05 the maze runs that 06 trains (one run store, build/runs; both copy the maze warm-up from the
+stored study); with two at a time, 04 and 05 start once 07 and 06 are done (`make figures`
+prints each notebook's time) and read them back rather than train them beside it."""
 
 
 def run_all(selected: list[Path], args) -> int:

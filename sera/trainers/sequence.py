@@ -300,15 +300,23 @@ def train(config: SequenceConfig, build, callback=None) -> loop.Results:
 
 
 def run_grid(base: SequenceConfig, build, runs, seeds, runs_dir, *, rerun: bool = False,
-             progress: bool = True, shared=None, warmup_dir=None) -> loop.Results:
+             progress: bool = True, shared=None, warmup_dir=None,
+             warmup_from=None) -> loop.Results:
     """Every (method, agg) in `runs` x seed of a sequence study, all from one warm-up in
     warmup_dir (default runs_dir/warmup), through the package's one grid runner,
     sera.trainers.grid.run_grid, whose keywords rerun, progress and shared are; `build` turns a
     config into its study. Two grids given the same warmup_dir and the same `shared` index
-    train the warm-up once and read back each other's finished runs of equal settings."""
+    train the warm-up once and read back each other's finished runs of equal settings.
+
+    warmup_from: a warm-up folder (e.g. `runstore.stored_warmup(point)`) copied to warmup_dir
+    where that holds none, so that the runs start from its weights on any machine instead of
+    training a warm-up; where base's warm-up settings differ from the copy's, the warm-up is
+    trained as without it."""
     import dataclasses
 
     warmup_dir = Path(warmup_dir) if warmup_dir is not None else runstore.warmup_dir(runs_dir)
+    if warmup_from is not None:
+        runstore.seed_warmup(warmup_dir, warmup_from)
     base = dataclasses.replace(base, warmup_dir=str(warmup_dir))
     configs = [dataclasses.replace(base, method=method, agg=agg, seed=seed)
                for seed in seeds for method, agg in runs]

@@ -140,10 +140,9 @@ def restore(point: Point, runs_dir=None) -> int:
     neither trained again nor dropped by the next store, and the stored warm-up where there is
     one (`keep_warmup`). Returns how many runs were restored."""
     folder = runstore.STUDY_DIR / point.name
-    local_warmup = runstore.warmup_dir(point.folder(runs_dir))
-    stored_warmup = runstore.warmup_dir(folder)
-    if runstore.has_warmup(stored_warmup) and not runstore.has_warmup(local_warmup):
-        runstore.copy_folder(stored_warmup, local_warmup)
+    kept = runstore.warmup_dir(folder)
+    if runstore.has_warmup(kept):
+        runstore.seed_warmup(runstore.warmup_dir(point.folder(runs_dir)), kept)
     # keyed by the run's folder name (older stores name the run without its point)
     records = {record["run"].split("/")[-1]: record
                for record in runstore.stored_summary(folder).get("runs", [])}
