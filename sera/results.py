@@ -357,6 +357,12 @@ def _agreement(estimate, exact) -> tuple[float, float]:
     return mae, float(np.corrcoef(estimate, exact)[0, 1])
 
 
+def bracket(value: float, low: float, high: float, scale: float = 100, sign: str = "+") -> str:
+    """A value with its interval as the pages print it, e.g. "+1.5 [-0.7, +3.7]" (sign "+") or
+    "30.1 [29.3, 30.8]" (sign ""), in points for scale 100."""
+    return f"{scale * value:{sign}.1f} [{scale * low:{sign}.1f}, {scale * high:{sign}.1f}]"
+
+
 MIN_SEEDS = 6
 """The fewest seeds a confirmation point runs, and the fewest paired seeds a verdict is given on."""
 

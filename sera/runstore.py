@@ -145,10 +145,23 @@ def table_file(name: str) -> str:
 
 
 FINAL = table_file("final")
+REGISTRATION = "point.toml"
+"""A stored point's registration: its preset, changes, seeds, arms and expectations."""
 PREDICTION = "prediction.csv"
 """A confirmation point's prediction, written once before its runs."""
 PROFILE = "profile.csv"
 """A confirmation point's difficulty profile, the input of its prediction."""
+
+
+def read_registration(path) -> dict:
+    """A registration file (REGISTRATION, TOML) as written."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    with open(path, "rb") as handle:
+        return tomllib.load(handle)
 
 
 def stored_file(name: str) -> str:

@@ -261,8 +261,8 @@ def test_no_simulator_prediction_for_a_method_that_sets_its_own_step():
 
 def test_runs_that_repeat_or_continue_another_point_s_are_named():
     """report.continued against the stored metrics: every metric of the 640-step sera lr-half
-    runs through step 320 equals the 320-step sweep's sera lr-0.5 (not only the training reward
-    the function compares), and runs from another instruction set are not named."""
+    runs through step 320 equals the 320-step sweep's sera lr-0.5 (not only the three trajectory
+    metrics the function compares), and runs from another instruction set are not named."""
     from sera.studies.confirm.storage import stored_table
 
     found = report.continued("math-n0-4-640-avx2")
@@ -281,19 +281,22 @@ def test_runs_that_repeat_or_continue_another_point_s_are_named():
 
 
 def test_the_discount_reading_follows_the_regret_table():
-    """The sentence's numbers against the regret table read directly: the best counts discount
-    on the sequence points (smallest worst regret over them), the default's range there, and
-    that discount's worst on the other points."""
+    """A regret table whose answer is known by eye: on the two sequence points counts 0.8's
+    worst regret is 0.5 against the default's 3.0, and it would cost 9.0 on the digits point;
+    with the default best everywhere the sentence says so."""
     from sera.studies import discount
 
-    table = pd.read_csv(discount.FOLDER / discount.BRIER)
-    gap = 1e4 * discount.regret(table)
-    sequence = [c for c in gap.columns if c in confirm.POINTS]
-    others = [c for c in gap.columns if c not in sequence and c != "worst"]
-    best = gap[sequence].max(axis=1).idxmin()
-    said = report._discount_reading(gap)
-    assert best != discount.DEFAULT  # as stored: the sequence points alone prefer another
-    assert said.startswith(f"On the sequence points alone {best} predicts best")
-    cost = gap.loc[discount.DEFAULT, sequence]
-    assert f"costs {cost.min():.1f}-{cost.max():.1f} there" in said
-    assert f"{gap.loc[best, others].max():.1f} on" in said
+    sequence, other = ["math-n0-4-320-lr", "maze-n0-8-long-lr"], "digits-n0-16"
+    assert set(sequence) <= set(confirm.POINTS) and other not in confirm.POINTS
+    gap = pd.DataFrame({sequence[0]: [2.0, 0.0, 4.0], sequence[1]: [3.0, 0.5, 1.0],
+                        other: [0.0, 9.0, 2.0]},
+                       index=[discount.DEFAULT, "counts 0.8", "counts 0.9"])
+    gap = gap.assign(worst=gap.max(axis=1))
+    assert report.discount_reading(gap).startswith(
+        "On the sequence points alone counts 0.8 predicts best (worst regret 0.5); counts 0.5 "
+        "costs 2.0-3.0 there, while counts 0.8 would cost 9.0 on digits-n0-16.")
+    assert discount.best_on(gap, [*sequence, other]) == discount.DEFAULT
+    flat = gap.assign(**{sequence[0]: [0.0, 0.1, 4.0], sequence[1]: [0.0, 0.5, 1.0]})
+    assert report.discount_reading(flat) == (
+        "counts 0.5 is also the best choice on the sequence points alone.")
+    assert report.discount_reading(gap[[*sequence, "worst"]]) == ""

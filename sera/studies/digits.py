@@ -24,12 +24,11 @@ import pandas as pd
 
 from sera import runstore
 from sera.results import paired_gain, verdict
-from sera.studies.confirm.points import read_registration
 
 NAME = "digits-n0-16"
 FOLDER = runstore.STUDY_DIR / NAME
 RUNS_DIR = runstore.RUNS_ROOT / NAME
-REGISTRATION = read_registration(FOLDER / "point.toml")
+REGISTRATION = runstore.read_registration(FOLDER / runstore.REGISTRATION)
 """The check's registration (data/study/digits-n0-16/point.toml): preset, seeds and arms."""
 ARMS = tuple(arm["method"] for arm in REGISTRATION["arms"] if arm["method"] != "maxrl")
 """The SERA arms, each compared with MaxRL on the same seeds."""

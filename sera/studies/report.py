@@ -25,6 +25,7 @@ from sera.methods import METHODS
 from sera.results import (
     MIN_SEEDS,
     bh_kept,
+    bracket,
     paired_gain,
     paired_p,
     per_prompt_pass,
@@ -101,8 +102,7 @@ def _controls(control: str, arms: list[str], arm: str, tag: str) -> list[str]:
     steps are not the preset's."""
     same = f"{control} {tag}" if tag else None
     out = [control, *([same] if same in arms and same != arm else [])]
-    method = METHODS.get(arm.split(" ")[0])
-    if not tag and method is not None and method.evidence_step:
+    if not tag and _sets_own_step(arm):
         out += [a for a in arms if a.startswith(f"{control} lr-") and a not in out]
     return out
 
@@ -152,12 +152,17 @@ def point_table(name: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _sets_own_step(arm: str) -> bool:
+    """Whether the arm's method scales its own step (sera-evidence-step), not the preset's."""
+    method = METHODS.get(arm.split(" ")[0])
+    return method is not None and method.evidence_step
+
+
 def _simulated(arm: str) -> bool:
     """Whether the simulator's prediction of an arm means anything: not for a method that sets
     its own step (the simulator takes plain gradient steps on logits, with no optimizer whose
     step a method could scale); such an arm has the expectation its point registered instead."""
-    method = METHODS.get(arm.split(" ")[0])
-    return method is None or not method.evidence_step
+    return not _sets_own_step(arm)
 
 
 BH_LEVEL = 0.05
@@ -203,7 +208,7 @@ def stored_points() -> list[str]:
 def _cell(row) -> str:
     if row.seeds < MIN_SEEDS or not math.isfinite(row.low):
         return "per seed " + " ".join(f"{100 * g:+.1f}" for g in row.per_seed)
-    return f"{100 * row.gain:+.1f} [{100 * row.low:+.1f}, {100 * row.high:+.1f}]"
+    return bracket(row.gain, row.low, row.high)
 
 
 def _machine(machine: str, against: str) -> str:
@@ -214,9 +219,7 @@ def _machine(machine: str, against: str) -> str:
 def _differs(row) -> str:
     """What besides the method differs between an arm and its comparator."""
     said = []
-    scaled = [name for name in (row.arm, row.against)
-              if METHODS.get(name.split(" ")[0]) is not None
-              and METHODS[name.split(" ")[0]].evidence_step]
+    scaled = [name for name in (row.arm, row.against) if _sets_own_step(name)]
     if scaled:  # its own scale: the preset's step times a factor of at most 1, batch by batch
         steps = [f"{row.step:g}x" if row.arm not in scaled else "its own",
                  f"{row.against_step:g}x" if row.against not in scaled else "its own"]
@@ -305,8 +308,8 @@ def tuned_table() -> str:
             rows.append({"point": name, "K": r.k,
                          f"{control}: its step, Pass@K": f"{picks[control]:g}x: {100 * own:.1f}",
                          "sera: its step": f"{picks['sera']:g}x",
-                         "gain, Welch [95% interval]": _bracket(r.gain, r.low, r.high),
-                         "paired [95% interval]": _bracket(r.paired_gain, r.paired_low,
+                         "gain, Welch [95% interval]": bracket(r.gain, r.low, r.high),
+                         "paired [95% interval]": bracket(r.paired_gain, r.paired_low,
                                                            r.paired_high),
                          "seeds": f"{r.seeds[0]} and {r.seeds[1]}"})
     parts = [pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)] if rows else []
@@ -320,11 +323,11 @@ def _tuned_sentence(name: str, gap: pd.DataFrame) -> str:
     verdicts = ", ".join(f"{verdict(r.gain, r.low, r.high)} at Pass@{r.k}"
                          for r in gap.itertuples())
     k = max(sweep.FRONTIER_KS)
-    step = sweep.chosen(name).set_index("method").loc["sera", "multiplier"]
-    above = sweep.frontier_gap(name, k, split=sweep.REPORT).set_index("multiplier").loc[step]
-    where = (f"{_bracket(above['gap'], above['low'], above['high'])} points above {control}'s "
-             f"Pass@1-Pass@{k} frontier on the same half (the best {control} step reaching its "
-             f"Pass@1; bootstrap percentile interval)"
+    above = sweep.chosen_frontier(name, k)
+    by = (bracket(above["gap"], above["low"], above["high"]) if math.isfinite(above["low"])
+          else f"{100 * above['gap']:+.1f} (too many draws dropped for an interval)")
+    where = (f"{by} points above {control}'s Pass@1-Pass@{k} frontier on the same half (the "
+             f"best {control} step reaching its Pass@1; bootstrap percentile interval)"
              if math.isfinite(above["gap"]) else f"above every {control} step at Pass@1")
     return (f"`{name}`: tuned, `sera` is {verdicts} against {control}; at its step it lies "
             f"{where}.")
@@ -335,10 +338,6 @@ def readme_tuned_table() -> str:
     figures = [f"![{name}: the Pass@1-Pass@K frontier](figures/{sweep.figure_name(name)}.png)"
                for name in filter(sweep.is_sweep, stored_points())]
     return "\n\n".join([tuned_table(), *figures])
-
-
-def _bracket(gain: float, low: float, high: float) -> str:
-    return f"{100 * gain:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
 
 
 PAGE_HEAD = """# Results: every arm of every confirmation point
@@ -402,8 +401,9 @@ def _trajectory(name: str) -> pd.DataFrame:
 
 
 def continued(name: str) -> dict[str, list[tuple[str, str, int]]]:
-    """Per arm of the point, the (point, arm, steps) of other stored points, no longer than this
-    one, whose runs it repeats or continues: the same warm-up (its fingerprint), the same method,
+    """Per arm of the point, the (point, arm, steps) of the longest other stored points, no longer
+    than this one, whose runs it repeats or continues (the longest only: they hold the shorter
+    ones): the same warm-up (its fingerprint), the same method,
     and for every seed both have the same training reward, token entropy and response length to
     the last bit at every step the other ran. Through those steps they are the same runs, not a
     second sample."""
@@ -423,18 +423,24 @@ def continued(name: str) -> dict[str, list[tuple[str, str, int]]]:
         for (arm, method), run in ours[ours["step"] < shorter].groupby(["arm", "method"]):
             run = run.set_index(key)["value"]
             for their_arm, part in theirs[theirs["method"] == method].groupby("arm"):
-                part = part.set_index(key)["value"]
-                both = run.index.intersection(part.index)
-                if len(both) and len(both) == len(part) and \
-                        run[both].fillna(-1.0).equals(part[both].fillna(-1.0)):
+                if _same_runs(run, part.set_index(key)["value"]):
                     found.setdefault(arm, []).append((other, their_arm, shorter))
     # the longest runs continued only: they hold the shorter ones
     return {arm: [p for p in places if p[2] == max(q[2] for q in places)]
             for arm, places in found.items()}
 
 
+def _same_runs(run: pd.Series, part: pd.Series) -> bool:
+    """Whether every value of `part` (by seed, step and metric) is in `run`, equal to the last
+    bit (a missing value equals a missing value)."""
+    both = run.index.intersection(part.index)
+    return bool(len(both)) and len(both) == len(part) and \
+        run[both].fillna(-1.0).equals(part[both].fillna(-1.0))
+
+
 def _continued_note(name: str) -> str:
-    """The page's sentence on the arms that continue shorter stored runs ("" where none do)."""
+    """The page's sentence on the arms that repeat or continue other stored runs ("" where none
+    do)."""
     found = continued(name)
     if not found:
         return ""
@@ -484,8 +490,7 @@ def second_half_section() -> str:
             rows.append({"point": name, "arm": row.arm, "seeds": row.seeds,
                          f"Pass@1 at {steps // 2}": f"{100 * row.start:.1f}",
                          f"at {steps}": f"{100 * row.end:.1f}",
-                         "change [95% interval]": f"{100 * row.change:+.1f} "
-                                                  f"[{100 * row.low:+.1f}, {100 * row.high:+.1f}]",
+                         "change [95% interval]": bracket(row.change, row.low, row.high),
                          "seeds that fell": f"{round(row.below * row.seeds)} of {row.seeds}"})
     if not rows:
         return ""
@@ -584,24 +589,24 @@ def discount_section() -> str:
             f"discount has the smallest worst regret: **{discount.chosen(table)}** "
             f"(`sera` plans with {discount.DEFAULT}).\n\n"
             f"{gap.reset_index().to_markdown(index=False, disable_numparse=True)}\n\n"
-            f"{_discount_reading(1e4 * discount.regret(table))}\n")
+            f"{discount_reading(1e4 * discount.regret(table))}\n")
 
 
-def _discount_reading(gap: pd.DataFrame) -> str:
-    """Why the choice stands, from the regret table (in 1e-4): the best discount on the sequence
-    points alone, what the chosen one costs there, and what that one would cost elsewhere."""
+def discount_reading(gap: pd.DataFrame) -> str:
+    """Why the choice stands, from the regret table (discount.regret's, in 1e-4): the best
+    discount on the sequence points (confirmation points) alone, what the chosen one costs
+    there, and what that one would cost elsewhere; "" without both kinds of point."""
     points = [c for c in gap.columns if c != "worst"]
     sequence = [c for c in points if c in confirm.POINTS]
     others = [c for c in points if c not in sequence]
     if not sequence or not others:
         return ""
-    worst_sequence = gap[sequence].max(axis=1)
-    best = str(worst_sequence.idxmin())
+    best = discount.best_on(gap, sequence)
     if best == discount.DEFAULT:
         return f"{discount.DEFAULT} is also the best choice on the sequence points alone."
     cost = gap.loc[discount.DEFAULT, sequence]
     return (f"On the sequence points alone {best} predicts best (worst regret "
-            f"{worst_sequence[best]:.1f}); {discount.DEFAULT} costs {cost.min():.1f}-"
+            f"{gap.loc[best, sequence].max():.1f}); {discount.DEFAULT} costs {cost.min():.1f}-"
             f"{cost.max():.1f} there, while {best} would cost {gap.loc[best, others].max():.1f} on "
             f"{', '.join(others)}. The choice stands as the "
             f"one no task pays much for; whether {best}'s better prediction on the sequence "

@@ -5,7 +5,8 @@ step-per-evidence account's registered predictions checked against the runs.
 The held-out prompts are split once, by index: even prompts choose each method's step (SELECT),
 odd prompts report the comparison at the chosen steps (REPORT), so the choice never sees the
 prompts it is judged on. A point is a sweep when its arms change only the learning rate
-(`lr` in their changes); the step multiplier is that rate over the preset's. A method the point
+(`lr` in their changes) and some method runs at MIN_STEPS steps or more; the step multiplier is
+that rate over the preset's. A method the point
 runs at fewer than MIN_STEPS steps (an arm beside the sweep, at the preset step) has cells and
 comparisons but no chosen step.
 
@@ -20,7 +21,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from sera.results import MIN_SEEDS, per_prompt_pass, t_half_width, welch
+from sera.results import MIN_SEEDS, bracket, per_prompt_pass, t_half_width, welch
 from sera.studies.confirm.points import point
 from sera.studies.confirm.storage import stored_table
 from sera.studies.diagnosis import drift, paired
@@ -209,16 +210,27 @@ def frontier_gap(name: str, k: int, treatment: str = "sera", control: str | None
         gap = _above(np.array([c.mean(axis=0) for c in theirs]), x, y)
         low = high = dropped = math.nan
         if math.isfinite(gap):
-            drawn = np.array([_above(np.array([c[rng.integers(0, len(c), len(c))].mean(axis=0)
-                                               for c in theirs]),
-                                     *cell[rng.integers(0, len(cell), len(cell))].mean(axis=0))
-                              for _ in range(draws)])
+            drawn = np.array([_resampled_gap(theirs, cell, rng) for _ in range(draws)])
             dropped = float(np.mean(~np.isfinite(drawn)))
             if dropped <= MAX_DROPPED:
                 low, high = np.quantile(drawn[np.isfinite(drawn)], [0.025, 0.975])
         rows.append({"multiplier": float(mult), "pass1": float(x), "passk": float(y),
                      "gap": gap, "low": float(low), "high": float(high), "dropped": dropped})
     return pd.DataFrame(rows, columns=columns)
+
+
+def _resampled_gap(theirs: list[np.ndarray], cell: np.ndarray, rng) -> float:
+    """One bootstrap draw of frontier_gap: every control cell's seeds resampled (in order), then
+    the treatment cell's; each cell is seeds x (Pass@1, Pass@K)."""
+    control = np.array([c[rng.integers(0, len(c), len(c))].mean(axis=0) for c in theirs])
+    return _above(control, *cell[rng.integers(0, len(cell), len(cell))].mean(axis=0))
+
+
+def chosen_frontier(name: str, k: int, method: str = "sera") -> pd.Series:
+    """frontier_gap's row (gap, low, high, ...) at the method's chosen step, on the reporting
+    half (SELECT chose the step); KeyError until the method has a chosen step with its cell."""
+    step = chosen(name).set_index("method").loc[method, "multiplier"]
+    return frontier_gap(name, k, method, split=REPORT).set_index("multiplier").loc[step]
 
 
 def second_half(name: str, metric: str) -> pd.DataFrame:
@@ -261,21 +273,14 @@ def is_sweep(name: str) -> bool:
     """Whether every arm of the point changes only the learning rate and some method runs at
     MIN_STEPS steps or more."""
     try:
-        steps = multipliers(name)
-    except ValueError:
+        return any(len(grid_of(name, m)) >= MIN_STEPS for m in {a.method for a in point(name).arms})
+    except ValueError:  # an arm changes more than the learning rate
         return False
-    methods = {a.method for a in point(name).arms}
-    return any(len({steps[a.name] for a in point(name).arms if a.method == m}) >= MIN_STEPS
-               for m in methods)
 
 
 def figure_name(name: str) -> str:
     """The frontier figure's file name (figures/<it>.png), in the letters a figure name takes."""
     return f"lr_frontier_{name.replace('-', '_')}"
-
-
-def _interval(mean, low, high, scale: float = 100, sign: str = "") -> str:
-    return f"{scale * mean:{sign}.1f} [{scale * low:{sign}.1f}, {scale * high:{sign}.1f}]"
 
 
 def section(name: str) -> str:
@@ -288,7 +293,7 @@ def section(name: str) -> str:
         part = part.set_index("k")
         wide.append({"method": method, "step (x preset)": f"{mult:g}",
                      "seeds": int(part["seeds"].min()),
-                     **{f"Pass@{k}": _interval(*part.loc[k, ["mean", "low", "high"]])
+                     **{f"Pass@{k}": bracket(*part.loc[k, ["mean", "low", "high"]], sign="")
                         for k in KS if k in part.index}})
     picks = chosen(name)
     lines = [f"### {name}: the learning-rate sweep\n",
@@ -309,9 +314,9 @@ def section(name: str) -> str:
         lines.append(f"No tuned comparison yet: {exc}.\n")
     else:
         rows = [{"comparison": f"{r.treatment} against {r.control}", "K": r.k,
-                 "Welch gain [95% interval]": _interval(r.gain, r.low, r.high, sign="+"),
-                 "paired gain [95% interval]": _interval(r.paired_gain, r.paired_low,
-                                                         r.paired_high, sign="+"),
+                 "Welch gain [95% interval]": bracket(r.gain, r.low, r.high),
+                 "paired gain [95% interval]": bracket(r.paired_gain, r.paired_low,
+                                                        r.paired_high),
                  "seeds": f"{r.seeds[0]} and {r.seeds[1]}"} for r in gap.itertuples()]
         lines += ["The tuned comparison, on the odd held-out prompts only:\n",
                   pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True), ""]
@@ -327,7 +332,7 @@ def _frontier_lines(name: str) -> list[str]:
             frontier.append({"sera step": f"{r.multiplier:g}x", "K": k,
                              "Pass@1": f"{100 * r.pass1:.1f}", "Pass@K": f"{100 * r.passk:.1f}",
                              "above MaxRL's frontier [95% interval]":
-                                 _interval(r.gap, r.low, r.high, sign="+")
+                                 bracket(r.gap, r.low, r.high)
                                  if math.isfinite(r.gap) else "no MaxRL step reaches its Pass@1"})
     if not frontier:
         return []
@@ -346,7 +351,7 @@ def _account_lines(name: str) -> list[str]:
         lines.append(
             f"The step-per-evidence account's prediction (a), MaxRL at 1.3x against MaxRL at 1x "
             f"(predicted at least 5 points behind at Pass@1, interval below zero): "
-            f"{_interval(checked['gain'], checked['low'], checked['high'], sign='+')} (Welch), "
+            f"{bracket(checked['gain'], checked['low'], checked['high'])} (Welch), "
             f"{checked['below_warmup']} of {checked['seeds']} seeds below the warm-up; over the "
             f"second half its training reward moved {100 * checked['reward_change']:+.1f} "
             f"points and its token entropy {checked['entropy_change']:+.3f}.\n")

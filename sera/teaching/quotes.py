@@ -75,7 +75,7 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 
-from sera.results import t_half_width
+from sera.results import bracket, t_half_width
 from sera.teaching.notebook_files import ROOT, notebooks, strip
 
 TAG = "quoted"
@@ -193,7 +193,7 @@ def _tuned(kind: str, name: str, method: str, k: int | None) -> str:
         return f"{drawn.groupby('seed')['value'].sum().mean():,.0f}"
     how, shape = kind.split("_")
     row = gains[how].loc[(method, k or 1)]
-    return {"bracket": lambda: _bracket(row["gain"], row["low"], row["high"]),
+    return {"bracket": lambda: bracket(row["gain"], row["low"], row["high"]),
             "size": lambda: f"{abs(100 * row['gain']):.1f}",
             "interval": lambda: f"{_signed(row['low'])} to {_signed(row['high'])}"}[shape]()
 
@@ -210,12 +210,13 @@ def _stepped(kind: str, point: str, method: str, k: int | None) -> str:
     if kind == "step_chosen":
         return f"{_swept(point)[method]:g}"
     if kind == "frontier_bracket":
-        row = _frontier(point, method, k or 32).set_index("multiplier").loc[_swept(point)[method]]
+        k = k or 32
+        row = _frontier(point, method, k)
         if not (math.isfinite(row["gap"]) and math.isfinite(row["low"])):
             raise KeyError(f"{point}: no frontier gap with an interval for {method} at Pass@{k}")
-        return _bracket(row["gap"], row["low"], row["high"])
-    row = _tuned_at(point, method).set_index("k").loc[k or 1]  # ValueError until the grid lands
-    return {"step_bracket": lambda: _bracket(row["gain"], row["low"], row["high"]),
+        return bracket(row["gap"], row["low"], row["high"])
+    row = _tuned_at(point, method).set_index("k").loc[k or 1]  # KeyError until the grid lands
+    return {"step_bracket": lambda: bracket(row["gain"], row["low"], row["high"]),
             "step_gain": lambda: _signed(row["gain"]),
             "step_interval": lambda: f"{_signed(row['low'])} to {_signed(row['high'])}"}[kind]()
 
@@ -224,7 +225,7 @@ def _stepped(kind: str, point: str, method: str, k: int | None) -> str:
 def _frontier(point: str, method: str, k: int):
     from sera.studies import sweep
 
-    return sweep.frontier_gap(point, k, method, split=sweep.REPORT)
+    return sweep.chosen_frontier(point, k, method)
 
 
 @functools.cache
@@ -242,22 +243,18 @@ def _signed(value: float) -> str:
     return f"{100 * value:+.1f}"
 
 
-def _bracket(gain: float, low: float, high: float, scale: float = 100) -> str:
-    return f"{scale * gain:+.1f} [{scale * low:+.1f}, {scale * high:+.1f}]"
-
-
 def _diagnosed(kind: str, point: str, arm: str) -> str:
     """A diagnosis kind's text: arm is "<arm>@<row>" where the kind names a row."""
     arm, _, key = arm.partition("@")
     if kind.startswith("band_"):
         row = _diagnosis(point, "bands").loc[(arm, key)]
-        return {"band_bracket": lambda: _bracket(row["gain"], row["low"], row["high"]),
+        return {"band_bracket": lambda: bracket(row["gain"], row["low"], row["high"]),
                 "band_size": lambda: f"{abs(100 * row['gain']):.1f}",
                 "band_rollouts": lambda: f"{row['rollouts']:.1f}",
                 "band_signal": lambda: f"{100 * row['signal']:.0f}"}[kind]()
     if kind == "cover_bracket":
         row = _diagnosis(point, "cover").loc[(arm, key)]
-        return _bracket(row["gain"], row["low"], row["high"])
+        return bracket(row["gain"], row["low"], row["high"])
     if kind in ("signal_range", "success_first", "success_last", "success_change_bracket"):
         curves = _diagnosis(point, "curves")
         curves = curves[curves["arm"] == arm]
@@ -269,14 +266,14 @@ def _diagnosed(kind: str, point: str, arm: str) -> str:
             by_seed = curves.pivot_table(index="seed", columns="epoch", values="success")
             fall = by_seed[by_seed.columns.max()] - by_seed[by_seed.columns.min()]
             half = float(t_half_width(fall.std(ddof=1), len(fall)))
-            return _bracket(fall.mean(), fall.mean() - half, fall.mean() + half)
+            return bracket(fall.mean(), fall.mean() - half, fall.mean() + half)
         return f"{means['success'].iloc[0 if kind == 'success_first' else -1]:.2f}"
     if kind in ("evidence_first", "evidence_second"):
         return f"{_diagnosis(point, 'evidence').loc[arm, kind.split('_')[1]]:.1f}"
     row = _diagnosis(point, "screen").loc[arm]  # screen_bracket, screen_gap: already in points
     if kind == "screen_gap":
         return f"{row['gap']:+.1f}"
-    return _bracket(row["gap"], row["low"], row["high"], scale=1)
+    return bracket(row["gap"], row["low"], row["high"], scale=1)
 
 
 def value(kind: str, point: str, arm: str, k: int | None = None) -> str:
@@ -306,14 +303,14 @@ def value(kind: str, point: str, arm: str, k: int | None = None) -> str:
         if kind in ("below", "above"):
             return f"{below if kind == 'below' else int(row['seeds']) - below}"
         if kind == "change_bracket":
-            return _bracket(row["change"], row["low"], row["high"])
+            return bracket(row["change"], row["low"], row["high"])
         if kind.endswith("_pct"):
             return f"{100 * float(row[kind[:-4]]):.1f}"
         return f"{float(row[kind]):.2f}"
     if kind.startswith("length_"):
         row = _drift(point, "response_length").loc[arm]
         if kind == "length_change_bracket":
-            return _bracket(row["change"], row["low"], row["high"], scale=1)
+            return bracket(row["change"], row["low"], row["high"], scale=1)
         if kind == "length_below":
             return f"{round(float(row['below']) * int(row['seeds']))}"
         return f"{float(row[kind.split('_')[1]]):.0f}"

@@ -12,10 +12,6 @@ from sera import runstore
 from sera.trainers import grid, presets
 from sera.trainers.presets import SequenceConfig, sequence_tasks
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 def default_runs_dir() -> Path:
     """Where the points train unless told otherwise: build/runs/confirm."""
@@ -131,19 +127,14 @@ class Point:
         return out
 
 
-def read_registration(path) -> dict:
-    """A registration file (point.toml) as written."""
-    with open(path, "rb") as handle:
-        return tomllib.load(handle)
-
-
-def load_point(path) -> Point:
+def load_point(path, entry: dict | None = None) -> Point:
     """A point from its registration, data/study/<point>/point.toml: the task and the preset its
     configuration starts from, the changes to it, the seeds (a number, or "power" for the power
     calculation's), the arms with what each was expected to do, the control they are compared
-    with (MaxRL unless `control` names another arm), and why the point exists."""
+    with (MaxRL unless `control` names another arm), and why the point exists. entry: the file
+    as already read (runstore.read_registration)."""
     path = Path(path)
-    entry = read_registration(path)
+    entry = entry if entry is not None else runstore.read_registration(path)
     task, tasks = entry["task"], sequence_tasks()
     if task not in tasks:
         raise ValueError(f"{path}: task must be one of {tuple(tasks)}, got {task!r}")
@@ -164,9 +155,10 @@ def registered(study_dir=None) -> dict[str, Point]:
     registration that names the `study` module reading it (the digits check:
     sera.studies.digits) is no confirmation point and is left to that module."""
     folder = Path(study_dir or runstore.STUDY_DIR)
-    paths = sorted(folder.glob("*/point.toml"))
-    return {path.parent.name: load_point(path) for path in paths
-            if "study" not in read_registration(path)}
+    entries = {path: runstore.read_registration(path)
+               for path in sorted(folder.glob(f"*/{runstore.REGISTRATION}"))}
+    return {path.parent.name: load_point(path, entry) for path, entry in entries.items()
+            if "study" not in entry}
 
 
 POINTS = registered()
