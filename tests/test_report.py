@@ -300,3 +300,21 @@ def test_the_discount_reading_follows_the_regret_table():
     assert report.discount_reading(flat) == (
         "counts 0.5 is also the best choice on the sequence points alone.")
     assert report.discount_reading(gap[[*sequence, "worst"]]) == ""
+
+
+def test_an_arm_is_compared_with_the_arm_it_was_registered_against():
+    """The page compares an arm with the point's control and with the arm its registration names
+    (`against`), on every stored point that names one, and never with an arm that has no runs."""
+    arms = ["maxrl", "sera lr-0.43", "sera-evidence-step"]
+    assert report._controls("maxrl", arms, "sera lr-0.43", "lr-0.43",
+                            "sera-evidence-step") == ["maxrl", "sera-evidence-step"]
+    assert report._controls("maxrl", arms[:2], "sera lr-0.43", "lr-0.43",
+                            "sera-evidence-step") == ["maxrl"]
+    named = [(name, a) for name in report.stored_points()
+             for a in confirm.point(name).arms if a.against]
+    assert named  # math-n0-4-640-avx2's constant step names sera-evidence-step
+    for name, arm in named:
+        table = report.point_table(name)
+        if arm.name in set(table["arm"]):
+            rows = table[(table["arm"] == arm.name) & (table["against"] == arm.against)]
+            assert set(rows["k"]) == set(report.page_ks(confirm.point(name)))

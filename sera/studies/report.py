@@ -95,13 +95,15 @@ def _prediction(name: str) -> pd.DataFrame:
     return confirm.read_prediction(name)
 
 
-def _controls(control: str, arms: list[str], arm: str, tag: str) -> list[str]:
+def _controls(control: str, arms: list[str], arm: str, tag: str, against: str = "") -> list[str]:
     """The point's control, and the control with the same changes where the point has it
     (e.g. "maxrl lr-half"); for a method that sets its own step (sera-evidence-step), also the
     control at every other step the point runs it at ("maxrl lr-half"), since that method's
-    steps are not the preset's."""
+    steps are not the preset's; and the arm it was registered `against` where that has runs."""
     same = f"{control} {tag}" if tag else None
     out = [control, *([same] if same in arms and same != arm else [])]
+    if against in arms and against not in out:
+        out.append(against)
     if not tag and _sets_own_step(arm):
         out += [a for a in arms if a.startswith(f"{control} lr-") and a not in out]
     return out
@@ -121,6 +123,7 @@ def point_table(name: str) -> pd.DataFrame:
     final = final.assign(method=final["arm"])
     arms = list(dict.fromkeys(final["arm"]))
     tags = {a.name: a.tag for a in point.arms}
+    registered = {a.name: a.against for a in point.arms}
     prediction = _prediction(name)
     kinds, libraries, step = machines(name), stacks(name), steps(name)
     ks = page_ks(point)
@@ -128,7 +131,8 @@ def point_table(name: str) -> pd.DataFrame:
     for arm in arms:
         if arm == point.control:
             continue
-        for control in _controls(point.control, arms, arm, tags.get(arm, "")):
+        for control in _controls(point.control, arms, arm, tags.get(arm, ""),
+                                 registered.get(arm, "")):
             gains = paired_gain(final, arm, control, by=(), ks=ks)
             for g in gains.itertuples():
                 match = prediction[(prediction["arm"] == arm) & (prediction["k"] == g.k)]

@@ -44,6 +44,8 @@ class Arm:
     every_seed: bool = False
     """Run at every seed of the point, as the treatment is, not only at its side_seeds: an arm
     confirmed with the seeds the power calculation sets."""
+    against: str = ""
+    """Another arm (by name) this one was registered against, besides the point's control."""
 
     @property
     def name(self) -> str:
@@ -140,7 +142,8 @@ def load_point(path, entry: dict | None = None) -> Point:
         raise ValueError(f"{path}: task must be one of {tuple(tasks)}, got {task!r}")
     config = dataclasses.replace(tasks[task].presets[entry["preset"]], **entry.get("config", {}))
     arms = tuple(Arm(arm["method"], arm.get("u_min"), tuple(arm.get("changes", {}).items()),
-                     arm.get("tag", ""), arm.get("expect", ""), arm.get("every_seed", False))
+                     arm.get("tag", ""), arm.get("expect", ""), arm.get("every_seed", False),
+                     arm.get("against", ""))
                  for arm in entry["arms"])
     seeds = entry["seeds"]
     return Point(path.parent.name, task, config, seeds=None if seeds == "power" else seeds,
