@@ -324,20 +324,26 @@ def section(name: str) -> str:
     return "\n".join(lines)
 
 
+def _called(control: str) -> str:
+    """How the page's prose names a point's control: MaxRL, or the arm's name."""
+    return "MaxRL" if control == "maxrl" else f"`{control}`"
+
+
 def _frontier_lines(name: str) -> list[str]:
     """The section's frontier table (frontier_gap at FRONTIER_KS), as markdown lines."""
+    control = _called(point(name).control)
     frontier = []
     for k in FRONTIER_KS:
         for r in frontier_gap(name, k).itertuples():
+            above = bracket(r.gap, r.low, r.high) if math.isfinite(r.gap) else \
+                f"no {control} step reaches its Pass@1"
             frontier.append({"sera step": f"{r.multiplier:g}x", "K": k,
                              "Pass@1": f"{100 * r.pass1:.1f}", "Pass@K": f"{100 * r.passk:.1f}",
-                             "above MaxRL's frontier [95% interval]":
-                                 bracket(r.gap, r.low, r.high)
-                                 if math.isfinite(r.gap) else "no MaxRL step reaches its Pass@1"})
+                             f"above {control}'s frontier [95% interval]": above})
     if not frontier:
         return []
     return ["Does `sera` move the frontier or slide along it? Each `sera` cell's Pass@K minus the "
-            "best Pass@K of the MaxRL steps that reach at least its Pass@1, on every held-out "
+            f"best Pass@K of the {control} steps that reach at least its Pass@1, on every held-out "
             "prompt (95% bootstrap percentile interval, each cell's seeds resampled 2,000 times; "
             "with 6 seeds such intervals run narrower than Student-t ones):\n",
             pd.DataFrame(frontier).to_markdown(index=False, disable_numparse=True), ""]
@@ -345,11 +351,13 @@ def _frontier_lines(name: str) -> list[str]:
 
 def _account_lines(name: str) -> list[str]:
     """The account's predictions (a) and (b) as measured, once their cells are complete."""
+    control = _called(point(name).control)
     lines = []
     checked = account(name)
     if checked:
         lines.append(
-            f"The step-per-evidence account's prediction (a), MaxRL at 1.3x against MaxRL at 1x "
+            f"The step-per-evidence account's prediction (a), {control} at 1.3x against {control} "
+            f"at 1x "
             f"(predicted at least 5 points behind at Pass@1, interval below zero): "
             f"{bracket(checked['gain'], checked['low'], checked['high'])} (Welch), "
             f"{checked['below_warmup']} of {checked['seeds']} seeds below the warm-up; over the "
@@ -359,10 +367,10 @@ def _account_lines(name: str) -> list[str]:
     if ratio:
         lines.append(
             f"The account's prediction (b), each method's best step in proportion to its "
-            f"evidence (`sera`'s about 0.75 of MaxRL's; the registration names what refutes "
+            f"evidence (`sera`'s about 0.75 of {control}'s; the registration names what refutes "
             f"it): `sera` chose "
-            f"{ratio['sera']:g}x and MaxRL {ratio['control']:g}x, a ratio of "
-            f"{ratio['ratio']:.2f} ({ratio['side']} MaxRL's).\n")
+            f"{ratio['sera']:g}x and {control} {ratio['control']:g}x, a ratio of "
+            f"{ratio['ratio']:.2f} ({ratio['side']} {control}'s).\n")
     return lines
 
 
