@@ -107,11 +107,9 @@ def keep_warmup(point: Point, runs_dir=None) -> bool:
     the point from the same weights (runs on another CPU then differ from these as another
     seed would, where a warm-up trained there would start another experiment)."""
     source = runstore.warmup_dir(point.folder(runs_dir))
-    target = runstore.warmup_dir(runstore.STUDY_DIR / point.name)
-    if runstore.has_warmup(target) or not runstore.has_warmup(source):
+    if not runstore.has_warmup(source):
         return False
-    runstore.copy_folder(source, target)
-    return True
+    return runstore.seed_warmup(runstore.warmup_dir(runstore.STUDY_DIR / point.name), source)
 
 
 def check_warmup(point: Point, runs_dir=None) -> None:
