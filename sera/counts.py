@@ -107,7 +107,10 @@ def assemble(p, kept, counts_kept, continuous_kept, lam, fallback, rule, n0) -> 
         counts[kept] = counts_kept
         continuous[kept] = continuous_kept
     retained = counts > 0  # a rule may give a prompt nothing (GVM at p = 0, the safeguard)
-    weights = np.divide(n0, counts, out=np.zeros(p.size), where=retained)
+    if retained.all():  # no masked division where there is nothing to mask (the usual case)
+        weights = np.divide(float(n0), counts)
+    else:
+        weights = np.divide(n0, counts, out=np.zeros(p.size), where=retained)
     if rule in WATERLINE:
         level = -math.expm1(-lam)
     else:  # no water level: the smallest fidelity among the prompts that got rollouts

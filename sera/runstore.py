@@ -155,13 +155,9 @@ PROFILE = "profile.csv"
 
 def read_registration(path) -> dict:
     """A registration file (REGISTRATION, TOML) as written."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+    from sera import _toml
 
-    with open(path, "rb") as handle:
-        return tomllib.load(handle)
+    return _toml.load(path)
 
 
 def stored_file(name: str) -> str:

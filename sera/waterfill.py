@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,8 +30,10 @@ def hazard(p: np.ndarray) -> np.ndarray:
     p : ndarray of float
         Success probabilities in [0, 1].
     """
+    h = np.negative(p, out=np.empty(np.shape(p)))  # one array, written over in place
     with np.errstate(divide="ignore"):
-        return -np.log1p(-p)
+        np.log1p(h, out=h)
+    return np.negative(h, out=h)
 
 
 class Interior:
@@ -134,42 +137,107 @@ def _pivots(sample, scale, fixed, slope, low, high, target, lo, hi):
     return cand[first], cand[min(int(np.searchsorted(estimate, target + error)), cand.size - 1)]
 
 
-def _narrow(h: np.ndarray, lo: int, hi: int, target: int):
+def _largest_below(m: int, bound: float, strict: bool) -> float:
+    """The largest h with fl(m h) <= bound (< bound if strict), for an integer m >= 1.
+
+    Rounded multiplication by m never decreases, so m h <= bound exactly when h is at most this:
+    a prompt is settled by comparing its hazard with a few such numbers, without forming m h,
+    and lands where comparing m h with the bound would put it."""
+    if bound == math.inf:
+        return math.inf
+
+    def holds(x):
+        return m * x < bound if strict else m * x <= bound
+
+    x = bound / m
+    while not holds(x):
+        x = math.nextafter(x, -math.inf)
+    while holds(step := math.nextafter(x, math.inf)):
+        x = step
+    return x
+
+
+class _Settled(NamedTuple):
+    """How the prompts left stand over a bracket (low, high): counts of those at hi, at lo and
+    unclipped throughout, the latter's sum of 1/h, and the prompts with a breakpoint inside."""
+
+    n_hi: int
+    n_lo: int
+    n_free: int
+    slope: float
+    moving: np.ndarray
+
+    def total(self, lam: float, lo: int, hi: int) -> float:
+        """The settled prompts' counts at lam, inside the bracket, plus the moving ones'."""
+        with np.errstate(divide="ignore", over="ignore"):
+            counts = np.clip(1.0 + lam / self.moving, lo, hi)
+        return (self.n_hi * hi + self.n_lo * lo + self.n_free + lam * self.slope
+                + float(counts.sum()))
+
+
+def _settle(h: np.ndarray, low: float, high: float, lo: int, hi: int,
+            scratch: np.ndarray) -> _Settled:
+    """Place the prompts h by where their breakpoints (lo - 1) h < (hi - 1) h fall against the
+    bracket (low, high), low < high: at hi throughout ((hi - 1) h <= low), at lo throughout
+    ((lo - 1) h >= high), unclipped throughout ((lo - 1) h <= low and (hi - 1) h >= high), or
+    moving (a breakpoint inside).
+    scratch: h.size floats of working memory."""
+    m_lo, m_hi = lo - 1, hi - 1
+    below_hi = h > _largest_below(m_hi, low, False)  # not at hi
+    above_lo = h <= _largest_below(m_lo, high, True)  # not at lo
+    free = h > _largest_below(m_hi, high, True)
+    free &= h <= _largest_below(m_lo, low, False)
+    moving = below_hi & above_lo
+    np.greater(moving, free, out=moving)  # free prompts are neither at hi nor at lo
+    # Both as below are several times faster than a masked division or a boolean index when
+    # the mask has no long runs.
+    np.divide(1.0, h, out=scratch)
+    slope = float(np.multiply(scratch, free, out=scratch).sum())
+    return _Settled(h.size - int(np.count_nonzero(below_hi)),
+                    h.size - int(np.count_nonzero(above_lo)), int(np.count_nonzero(free)),
+                    slope, np.compress(moving, h))
+
+
+def _narrow(h: np.ndarray, lo: int, hi: int, target: int, work: np.ndarray):
     """select_level's rounds: bracket the level (S(low) < target <= S(high)) and settle every
     prompt with no breakpoint inside the bracket, until at most SAMPLE are left. Returns the
     prompts left, low, high, the settled prompts' counts at hi, at lo and unclipped, and the
-    sum of 1/h over the settled unclipped ones."""
-    m_lo, m_hi = lo - 1, hi - 1
+    sum of 1/h over the settled unclipped ones. work: h.size floats of working memory.
+
+    Each round settles the prompts against the sampled bracket first and checks it with S summed
+    from what it settled (the moving prompts summed directly): where the level lies inside, as it
+    nearly always does, that is the round's one pass over the prompts left; where not, they are
+    settled again against the side that holds it."""
     n_hi = n_lo = n_free = 0
     slope = 0.0
     low, high = 0.0, math.inf
-    work = np.empty((4, h.size)) if h.size > SAMPLE else None
     for _ in range(_ROUNDS):
         if h.size <= SAMPLE:
             break
-        inv, a, b, scratch = (row[: h.size] for row in work)
-        np.divide(1.0, h, out=inv)
         fixed = n_hi * hi + n_lo * lo + n_free
         sample = np.sort(h[:: h.size // SAMPLE])
         t1, t2 = _pivots(sample, h.size / sample.size, fixed, slope, low, high, target, lo, hi)
-        if fixed + t1 * slope + _clipped_sum(inv, t1, lo, hi, scratch) >= target:
-            high = t1
-        elif t2 == t1 or fixed + t2 * slope + _clipped_sum(inv, t2, lo, hi, scratch) < target:
-            low = t2
+        scratch = work[: h.size]
+        settled = _settle(h, t1, t2, lo, hi, scratch) if t1 < t2 else None
+        if settled is not None:
+            s1, s2 = (fixed + t * slope + settled.total(t, lo, hi) for t in (t1, t2))
         else:
+            s1 = s2 = fixed + t1 * slope + _clipped_sum(1.0 / h, t1, lo, hi, scratch)
+        if settled is not None and s1 < target <= s2:
             low, high = t1, t2
-        np.multiply(h, m_lo, out=a)
-        np.multiply(h, m_hi, out=b)
-        at_hi, at_lo, free = b <= low, a >= high, (a <= low) & (b >= high)
-        n_hi += int(np.count_nonzero(at_hi))
-        n_lo += int(np.count_nonzero(at_lo))
-        n_free += int(np.count_nonzero(free))
-        slope += float(np.multiply(inv, free, out=scratch).sum())
-        h = h[~(at_hi | at_lo | free)]
+        else:
+            low, high = (low, t1) if s1 >= target else (t2, high)
+            settled = _settle(h, low, high, lo, hi, scratch)
+        n_hi += settled.n_hi
+        n_lo += settled.n_lo
+        n_free += settled.n_free
+        slope += settled.slope
+        h = settled.moving
     return h, low, high, n_hi, n_lo, n_free, slope
 
 
-def select_level(h: np.ndarray, lo: int, hi: int, target: int) -> float:
+def select_level(h: np.ndarray, lo: int, hi: int, target: int,
+                 scratch: np.ndarray | None = None) -> float:
     """The smallest lam with S(lam) = target, as Interior.level, from hazards 0 < h < inf in any
     order and in expected linear time, the way the O(n) projections onto the simplex find their
     threshold without a sort.
@@ -188,13 +256,16 @@ def select_level(h: np.ndarray, lo: int, hi: int, target: int) -> float:
         Bounds of every prompt's count.
     target : int
         The interior's budget.
+    scratch : ndarray of float, optional
+        At least h.size floats of working memory (allocated here when not given).
     """
     m_lo, m_hi = lo - 1, hi - 1
     if target <= h.size * lo:
         return float(m_lo * h.min())
     if target >= h.size * hi:
         return float(m_hi * h.max())
-    h, low, high, n_hi, n_lo, n_free, slope = _narrow(h, lo, hi, target)
+    work = np.empty(h.size) if scratch is None else scratch
+    h, low, high, n_hi, n_lo, n_free, slope = _narrow(h, lo, hi, target, work)
     # The prompts left, sorted: S at each of their breakpoints inside (low, high), then the
     # segment holding the target, as in Interior.level.
     h = np.sort(h)
@@ -212,12 +283,12 @@ def select_level(h: np.ndarray, lo: int, hi: int, target: int) -> float:
     return float(min(max(lam, start), end))
 
 
-def _level(inner: np.ndarray, lo: int, hi: int):
+def _level(inner: np.ndarray, lo: int, hi: int, scratch: np.ndarray | None = None):
     """The interior's level as a function of its budget: from a sort of its hazards
-    (Interior), or from SELECT_FROM prompts on by selection (select_level)."""
+    (Interior), or from SELECT_FROM prompts on by selection (select_level, given scratch)."""
     if inner.size < SELECT_FROM:
         return Interior(np.sort(inner), lo, hi).level
-    return partial(select_level, inner, lo, hi)
+    return partial(select_level, inner, lo, hi, scratch=scratch)
 
 
 @dataclass(frozen=True)
@@ -254,11 +325,13 @@ def solve(h: np.ndarray, budget: int, lo: int, hi: int) -> Solution:
     lo, hi : int
         Bounds of every prompt's count (lo >= 2).
     """
-    n_zero = int(np.count_nonzero(h == 0))
-    n_one = int(np.count_nonzero(h == np.inf))
+    # Two reductions first: most batches hold neither p = 0 nor p = 1.
+    h_min = h.min(initial=np.inf)
+    n_zero = int(np.count_nonzero(h == 0)) if h_min == 0 else 0
+    n_one = int(np.count_nonzero(h == np.inf)) if h.max(initial=0.0) == np.inf else 0
     n_inner = h.size - n_zero - n_one
     inner = h if n_inner == h.size else h[(h > 0) & (h < np.inf)]
-    shift, h_min = 0, inner.min(initial=np.inf)
+    shift, h_min = 0, h_min if n_inner == h.size else inner.min(initial=np.inf)
     if n_inner and h_min < n_inner * _HEADROOM:
         shift = -int(np.frexp(h_min)[1]) - 900  # h_min * 2**shift is about 2**-900
         h, h_min = h * 2.0**shift, h_min * 2.0**shift
@@ -280,13 +353,14 @@ def solve(h: np.ndarray, budget: int, lo: int, hi: int) -> Solution:
             return done(np.where(h == np.inf, share, float(hi)), math.inf)
         h_max = inner.max() if n_inner else 0.0
         return done(np.where(h == np.inf, float(lo), float(hi)), (hi - 1) * h_max)
-    level = _level(inner, lo, hi)
-    lam = level(inner_budget)
+    counts = np.empty(h.size)  # the selection's working memory first
+    lam = _level(inner, lo, hi, scratch=counts)(inner_budget)
     # With 0 < lam < inf one formula covers every prompt: lam / 0 = inf puts p = 0 at hi and
     # lam / inf = 0 puts p = 1 at lo.
     with np.errstate(divide="ignore", over="ignore"):
-        counts = np.clip(1.0 + lam / h, lo, hi)
-    return done(counts, lam, True)
+        np.divide(lam, h, out=counts)
+    np.add(counts, 1.0, out=counts)
+    return done(np.clip(counts, lo, hi, out=counts), lam, True)
 
 
 def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
@@ -307,15 +381,28 @@ def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
     hi : int
         The upper bound; a prompt at hi gets no extra rollout.
     """
-    counts = (solution.counts + 1e-9).astype(np.int64)  # floor; a hair below k is k
-    if counts.sum() > budget:  # only if many counts sit within 1e-9 below an integer
-        counts = solution.counts.astype(np.int64)
+    # Two arrays of B numbers and no more (each new one costs page faults at 10^6 prompts):
+    # the floors, cast from the sum in the addition itself, and the keys, partitioned in place
+    # for the cut and then formed again.
+    counts = np.empty(solution.counts.size, dtype=np.int64)
+    np.add(solution.counts, 1e-9, out=counts, casting="unsafe")  # floor; a hair below k is k
     short = budget - int(counts.sum())
+    if short < 0:  # only if many counts sit within 1e-9 below an integer
+        counts[:] = solution.counts
+        short = budget - int(counts.sum())
     if short == 0:
         return counts
-    key = counts * solution.h  # f >= 2, so never 0 * inf
-    np.putmask(key, counts >= hi, np.inf)  # not eligible
-    cut = np.partition(key, short - 1)[short - 1]
+    at_hi = np.flatnonzero(counts >= hi) if counts.max() >= hi else []  # not eligible
+
+    def keys(out=None):
+        key = np.multiply(counts, solution.h, out=out)  # f >= 2, so never 0 * inf
+        key[at_hi] = np.inf  # by index: faster than a masked write
+        return key
+
+    key = keys()
+    key.partition(short - 1)
+    cut = key[short - 1]
+    key = keys(out=key)
     below = key < cut
     missing = short - int(np.count_nonzero(below))
     counts += below
@@ -403,8 +490,7 @@ def _near(h: np.ndarray, lam: float, target: int, lo: int, hi: int):
         return None
     if k_high == 0:
         return lam, lam
-    with np.errstate(divide="ignore"):
-        slope = float(np.reciprocal(h, where=free, out=np.zeros_like(h)).sum())
+    slope = float(np.sum(1.0 / np.compress(free, h)))  # faster than a masked division
     enough = max(1024, h.size // 32)
     low = k_low = None
     weight_low = weight_high = 1.0  # Illinois: the end kept twice running counts half
@@ -442,6 +528,13 @@ def _bracket(h, t, lo, hi, offset):
     return np.clip(first, lo - 1, hi - 1, out=first)
 
 
+def _extreme(keys, without, start):
+    """max (start -inf) or min (start inf) of keys outside `without`, a mask of few prompts:
+    they are written over in keys by index, which costs less than a masked reduction."""
+    keys[np.flatnonzero(without)] = start
+    return float((keys.max if start < 0 else keys.min)(initial=start))
+
+
 def pick_keys(h, t_low, lam, wanted, lo, hi, margin, n_zero=None):
     """Increments per prompt when the `wanted` smallest interior keys are taken, or None when the
     bracket [t_low, lam) widened by `margin` keys does not provably hold the wanted-th key.
@@ -468,20 +561,25 @@ def pick_keys(h, t_low, lam, wanted, lo, hi, margin, n_zero=None):
     """
     first = _bracket(h, t_low, lo, hi, -margin)
     last = _bracket(h, lam, lo, hi, margin)
-    taken = (first - (lo - 1)).astype(np.int64)
+    taken = np.subtract(first, lo - 1, out=np.empty(h.size, dtype=np.int64), casting="unsafe")
     n_zero = int(np.count_nonzero(h == 0)) if n_zero is None else n_zero
     need = wanted + n_zero * (hi - lo) - int(taken.sum())
-    sizes = (last - first).astype(np.int64)
-    active = np.flatnonzero(sizes)  # the prompts with candidates (few, in a narrow bracket)
-    sizes = sizes[active]
+    # The largest taken non-candidate key and the smallest untaken one: (first - 1) h over the
+    # prompts with a key taken, last h over those with a key left.
+    with np.errstate(invalid="ignore"):  # 0 * inf where a p = 1 prompt has no keys
+        top = first - 1
+        top_taken = _extreme(np.multiply(top, h, out=top), first <= lo - 1, -np.inf)
+        low_left = _extreme(last * h, last >= hi - 1, np.inf)
+    sizes = np.subtract(last, first, out=last)
+    # The prompts with candidates (few, in a narrow bracket); nonzero on a float array costs
+    # several times the comparison.
+    active = np.flatnonzero(sizes != 0)
+    sizes = sizes[active].astype(np.int64)
     owner = np.repeat(active, sizes)
     m = first[owner] + (np.arange(owner.size) - np.repeat(np.cumsum(sizes) - sizes, sizes))
     keys = m * h[owner]
     if not 0 <= need <= keys.size:
         return None
-    with np.errstate(invalid="ignore"):  # 0 * inf where a p = 1 prompt has no keys
-        top_taken = np.max((first - 1) * h, where=first > lo - 1, initial=-np.inf)
-        low_left = np.min(last * h, where=last < hi - 1, initial=np.inf)
     if need == 0:
         return taken if top_taken < min(low_left, keys.min(initial=np.inf)) else None
     cut = np.partition(keys, need - 1)[need - 1]

@@ -401,6 +401,44 @@ def test_level_by_selection_matches_the_sorted_level(instance, sample, rounds):
     np.testing.assert_array_equal(selected[3], water_fill(p, budget, n_min, upper))
 
 
+@given(st.integers(1, 2**20), st.floats(0, 1e300) | st.sampled_from([0.0, 5e-324, 1e-310]),
+       st.booleans())
+def test_largest_below_is_where_the_rounded_product_crosses_the_bound(m, bound, strict):
+    # The selection settles prompts by comparing h with _largest_below(m, bound) instead of
+    # forming m * h: x must satisfy the rounded comparison and the next float up must not.
+    x = waterfill._largest_below(m, bound, strict)
+    holds = (lambda y: m * y < bound) if strict else (lambda y: m * y <= bound)
+    assert holds(x) and not holds(math.nextafter(x, math.inf)), (m, bound, strict, x)
+
+
+@pytest.mark.parametrize("miss", ["below", "above", "equal"])
+def test_a_sampled_bracket_that_misses_the_level_is_settled_again(miss):
+    # The sample's pivots are only estimates; where the level lies outside them, each round
+    # settles the prompts again against the side that holds it. Pivots forced to miss (every
+    # round) must still give the sorted level's allocations.
+    rng = np.random.default_rng(5)
+    p = _wide_batch(20_000, rng)
+    budget = 16 * p.size
+    pivots, missed = waterfill._pivots, []
+
+    def missing(sample, scale, fixed, slope, low, high, target, lo, hi):
+        t1, t2 = pivots(sample, scale, fixed, slope, low, high, target, lo, hi)
+        inside = np.unique(np.concatenate([(lo - 1) * sample, (hi - 1) * sample]))
+        inside = inside[(inside > low) & (inside < high)]
+        side = inside[inside < t1] if miss == "below" else inside[inside > t2]
+        if miss != "equal" and side.size < 2:
+            return t1, t2
+        missed.append(miss)
+        if miss == "equal":
+            return t1, t1
+        return (side[0], side[1]) if miss == "above" else (side[-2], side[-1])
+
+    with mock.patch.multiple(waterfill, _pivots=missing, SELECT_FROM=1):
+        selected = _every_result(p, budget, 2, 64)
+    assert len(missed) >= 3, missed  # a missed bracket in each of the three selections
+    _assert_same_allocations(selected, _every_result(p, budget, 2, 64))
+
+
 @given(instances(probs=interior_prob, max_prompts=100))
 def test_level_by_selection_matches_a_root_finder(instance):
     p, budget, n_min, n_max = instance

@@ -43,7 +43,7 @@ CONDITIONAL = {
     ("sera._checks", "torch"): "imported only when an input already is a torch tensor",
     ("sera.trainers.engines", "vllm"): "after the engine's guarded import, which names the gpu "
                                        "extra",
-    ("sera.runstore", "tomli"): "tomllib's fallback on Python 3.10, where the core requires it",
+    ("sera._toml", "tomli"): "tomllib's fallback on Python 3.10, where the core requires it",
 }
 """Imports inside functions that run only where the module is already installed."""
 

@@ -19,12 +19,8 @@ from pathlib import Path
 
 import nbformat
 
+from sera import _toml
 from sera.teaching.notebook_files import ROOT, notebooks
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 QUIZ_FILE = ROOT / "notebooks" / "quizzes.toml"
 TAG = "quiz"
@@ -35,8 +31,7 @@ def load(path: Path | None = None) -> list[dict]:
     """The questions, each with notebook, question, choices, answer (a letter), why, replies (one
     per choice, "" for the right one) and an optional check; ValueError for a question whose
     answer is not one of its choices, or whose replies do not answer each wrong choice."""
-    with open(path or QUIZ_FILE, "rb") as handle:
-        questions = tomllib.load(handle)["quiz"]
+    questions = _toml.load(path or QUIZ_FILE)["quiz"]
     for q in questions:
         letters = LETTERS[:len(q["choices"])]
         where = f"notebook {q['notebook']} ({q['question'][:60]})"
