@@ -381,37 +381,62 @@ def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
     hi : int
         The upper bound; a prompt at hi gets no extra rollout.
     """
-    # Two arrays of B numbers and no more (each new one costs page faults at 10^6 prompts):
-    # the floors, cast from the sum in the addition itself, and the keys, partitioned in place
-    # for the cut and then formed again.
-    counts = np.empty(solution.counts.size, dtype=np.int64)
-    np.add(solution.counts, 1e-9, out=counts, casting="unsafe")  # floor; a hair below k is k
-    short = budget - int(counts.sum())
-    if short < 0:  # only if many counts sit within 1e-9 below an integer
-        counts[:] = solution.counts
-        short = budget - int(counts.sum())
-    if short == 0:
+    # One array of B numbers (each new one costs page faults at 10^6 prompts): the floors as
+    # floats (their sum is exact, whole numbers below 2**53), then the keys in their place, then
+    # the integer counts in the keys' memory.
+    c, hair = solution.counts, 1e-9  # a hair below k is k
+    floor = np.add(c, hair)
+    np.floor(floor, out=floor)
+    short = budget - int(floor.sum())
+    if short < 0:  # only if many counts sit within a hair below an integer
+        hair = 0.0
+        np.floor(c, out=floor)
+        short = budget - int(floor.sum())
+
+    def floors_as_counts():
+        counts = floor.view(np.int64)  # the floors' (or keys') memory, read no more
+        np.add(c, hair, out=counts, casting="unsafe")  # the same floors, as integers
         return counts
-    at_hi = np.flatnonzero(counts >= hi) if counts.max() >= hi else []  # not eligible
 
-    def keys(out=None):
-        key = np.multiply(counts, solution.h, out=out)  # f >= 2, so never 0 * inf
-        key[at_hi] = np.inf  # by index: faster than a masked write
-        return key
-
-    key = keys()
-    key.partition(short - 1)
-    cut = key[short - 1]
-    key = keys(out=key)
+    if short == 0:
+        return floors_as_counts()
+    # A prompt at hi is not eligible: its key is divided by 0 (inf, or NaN at p = 0, which
+    # selection puts last and no comparison takes), cheaper than any masked write.
+    eligible = floor < hi if floor.max() >= hi else True
+    key = np.multiply(floor, solution.h, out=floor)  # f >= 2, so never 0 * inf
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.divide(key, eligible, out=key)
+    cut = _smallest(key, short - 1)
     below = key < cut
     missing = short - int(np.count_nonzero(below))
+    # Equal keys: lowest index first. A cut at inf is shared by p = 1 prompts (eligible) and the
+    # prompts at hi (not eligible).
+    tie = np.flatnonzero((key == cut) & eligible)[:missing] if missing else None
+    counts = floors_as_counts()
     counts += below
-    if missing:
-        # Equal keys: lowest index first. A cut at inf is shared by p = 1 prompts (eligible)
-        # and the prompts at hi (not eligible).
-        tie = (key == cut) & (counts < hi)
-        counts[np.flatnonzero(tie)[:missing]] += 1
+    if tie is not None:
+        counts[tie] += 1
     return counts
+
+
+def _smallest(key: np.ndarray, rank: int) -> float:
+    """The rank-th smallest of key (from 0; NaN counts as largest), key left as it is. From
+    SELECT_FROM keys on it is selected among those between two keys of a strided sample that
+    bracket it with high probability (checked; else, and below SELECT_FROM, from a partition of a
+    copy): a few comparisons of the keys in place instead of a copy of them all."""
+    if key.size >= SELECT_FROM:
+        sample = np.sort(key[:: max(1, key.size // (4 * SAMPLE))])
+        at, share = rank / key.size * sample.size, rank / key.size
+        spread = _SPREAD * math.sqrt(sample.size * share * (1 - share)) + 1  # binomial sd
+        low = sample[int(at - spread)] if at - spread >= 0 else -np.inf
+        high = sample[int(at + spread) + 1] if at + spread + 1 < sample.size else np.inf
+        under = key < low
+        inside = np.greater(key < high, under)  # low <= key < high (NaN in neither)
+        need = rank - int(np.count_nonzero(under))
+        among = np.compress(inside, key)
+        if 0 <= need < among.size:
+            return float(np.partition(among, need)[need])
+    return float(np.partition(key, rank)[rank])
 
 
 def round_exact(solution: Solution, budget: int, lo: int, hi: int) -> np.ndarray:
@@ -496,7 +521,7 @@ def _near(h: np.ndarray, lam: float, target: int, lo: int, hi: int):
     weight_low = weight_high = 1.0  # Illinois: the end kept twice running counts half
     t = max(lam - k_high / slope, math.ulp(0.0))
     for _ in range(_ROUNDS_NEAR):
-        k = _keys_below(h, t, lo, hi) - target
+        k = _keys_below(h, t, lo, hi, out=counts) - target  # counts' memory, read no more
         if k >= 0:
             high, k_high, weight_high = t, k, 1.0
             weight_low /= 2
@@ -513,26 +538,48 @@ def _near(h: np.ndarray, lam: float, target: int, lo: int, hi: int):
     return None
 
 
-def _keys_below(h: np.ndarray, t: float, lo: int, hi: int) -> int:
-    """K(t): the keys m h_q < t over every prompt q and m in [lo - 1, hi - 1), for t > 0."""
-    return int(_bracket(h, t, lo, hi, 0).sum()) - h.size * (lo - 1)
+def _keys_below(h: np.ndarray, t: float, lo: int, hi: int, out=None) -> int:
+    """K(t): the keys m h_q < t over every prompt q and m in [lo - 1, hi - 1), for t > 0 (out:
+    h.size floats of working memory, optional)."""
+    return int(_bracket(h, t, lo, hi, 0, out).sum()) - h.size * (lo - 1)
 
 
-def _bracket(h, t, lo, hi, offset):
-    """clip(ceil(t / h) + offset, lo - 1, hi - 1): the first key index m with m h >= t."""
+def _bracket(h, t, lo, hi, offset, out=None):
+    """clip(ceil(t / h) + offset, lo - 1, hi - 1): the first key index m with m h >= t (in out,
+    when given)."""
     with np.errstate(divide="ignore", over="ignore"):
-        first = np.divide(t, h)  # t > 0: t / 0 = inf puts a p = 0 prompt's keys all below t
+        first = np.divide(t, h, out=out)  # t > 0: t / 0 = inf puts a p = 0 prompt's keys below t
     np.ceil(first, out=first)
     if offset:
         first += offset
     return np.clip(first, lo - 1, hi - 1, out=first)
 
 
-def _extreme(keys, without, start):
-    """max (start -inf) or min (start inf) of keys outside `without`, a mask of few prompts:
-    they are written over in keys by index, which costs less than a masked reduction."""
-    keys[np.flatnonzero(without)] = start
-    return float((keys.max if start < 0 else keys.min)(initial=start))
+_CLEARANCE = 2.0**-50  # eight units in the last place
+_NORMAL = 2.0**-1000  # below it a quotient may be subnormal, where rounding is not relative
+
+
+def _clears(cut: float, t_low: float, lam: float) -> bool:
+    """Whether the cut provably lies above every taken non-candidate key and below every key
+    left, without looking at them.
+
+    With q = fl(t / h), first - 1 < q <= (t / h)(1 + u) (ceil, the margin and the clip only move
+    first down, or leave the prompt no taken key), so fl((first - 1) h) < t_low (1 + u)^2; and
+    likewise fl(last h) >= lam (1 - u)^2, u = 2^-53. A cut clearing both by eight units in the
+    last place needs no search for the extremes (_extremes), which settles it otherwise."""
+    return _NORMAL <= t_low and t_low * (1 + _CLEARANCE) < cut < lam * (1 - _CLEARANCE)
+
+
+def _extremes(h, first, last, lo, hi) -> tuple[float, float]:
+    """The largest taken non-candidate key, (first - 1) h over the prompts with a key taken, and
+    the smallest key left, last h over those with a key left. The few prompts without are
+    written over by index, which costs less than a masked reduction."""
+    with np.errstate(invalid="ignore"):  # 0 * inf where a p = 1 prompt has no keys
+        top = np.multiply(first - 1, h)
+        bottom = np.multiply(last, h)
+    top[np.flatnonzero(first <= lo - 1)] = -np.inf
+    bottom[np.flatnonzero(last >= hi - 1)] = np.inf
+    return float(top.max(initial=-np.inf)), float(bottom.min(initial=np.inf))
 
 
 def pick_keys(h, t_low, lam, wanted, lo, hi, margin, n_zero=None):
@@ -564,13 +611,7 @@ def pick_keys(h, t_low, lam, wanted, lo, hi, margin, n_zero=None):
     taken = np.subtract(first, lo - 1, out=np.empty(h.size, dtype=np.int64), casting="unsafe")
     n_zero = int(np.count_nonzero(h == 0)) if n_zero is None else n_zero
     need = wanted + n_zero * (hi - lo) - int(taken.sum())
-    # The largest taken non-candidate key and the smallest untaken one: (first - 1) h over the
-    # prompts with a key taken, last h over those with a key left.
-    with np.errstate(invalid="ignore"):  # 0 * inf where a p = 1 prompt has no keys
-        top = first - 1
-        top_taken = _extreme(np.multiply(top, h, out=top), first <= lo - 1, -np.inf)
-        low_left = _extreme(last * h, last >= hi - 1, np.inf)
-    sizes = np.subtract(last, first, out=last)
+    sizes = np.subtract(last, first)
     # The prompts with candidates (few, in a narrow bracket); nonzero on a float array costs
     # several times the comparison.
     active = np.flatnonzero(sizes != 0)
@@ -581,10 +622,13 @@ def pick_keys(h, t_low, lam, wanted, lo, hi, margin, n_zero=None):
     if not 0 <= need <= keys.size:
         return None
     if need == 0:
+        top_taken, low_left = _extremes(h, first, last, lo, hi)
         return taken if top_taken < min(low_left, keys.min(initial=np.inf)) else None
     cut = np.partition(keys, need - 1)[need - 1]
-    if not top_taken < cut < low_left:
-        return None
+    if not _clears(cut, t_low, lam):
+        top_taken, low_left = _extremes(h, first, last, lo, hi)
+        if not top_taken < cut < low_left:
+            return None
     chosen = keys < cut
     tie = np.flatnonzero(keys == cut)
     # Equal fidelity: fewest rollouts first (smaller m), then the lower index.

@@ -411,6 +411,30 @@ def test_largest_below_is_where_the_rounded_product_crosses_the_bound(m, bound, 
     assert holds(x) and not holds(math.nextafter(x, math.inf)), (m, bound, strict, x)
 
 
+@pytest.mark.parametrize("margin", [0, 1])
+def test_a_cut_that_clears_the_bracket_lies_between_the_extreme_keys(margin):
+    # pick_keys skips the search for the largest taken and smallest untaken key when the cut
+    # clears the bracket's ends by eight units in the last place (_clears). The hardest hazards
+    # put a key within rounding of an end: h = t / k a few ulps either way, for many k, beside
+    # hazards from 1e-300 to 700 and those of p = 0 and p = 1.
+    rng = np.random.default_rng(3)
+    lo, hi = 2, 64
+    for t_low in (1e-290, 2.0**-1000, 1e-3, 0.7, 3.0, 1e50, 1e290):
+        lam = t_low * rng.uniform(1.0, 3.0)
+        k = np.arange(1.0, 80.0)
+        near = np.concatenate([(t / k) * (1 + j * 2.0**-53) for t in (t_low, lam)
+                               for j in range(-6, 7)])
+        h = np.concatenate([near, 10.0 ** rng.uniform(-300, 2.8, 5_000), [0.0, np.inf]])
+        first = waterfill._bracket(h, t_low, lo, hi, -margin)
+        last = waterfill._bracket(h, lam, lo, hi, margin)
+        top, bottom = waterfill._extremes(h, first, last, lo, hi)
+        assert top < t_low * (1 + 2.0**-50) and bottom > lam * (1 - 2.0**-50), (t_low, top)
+        for cut in (t_low * (1 + 2.0**-49), math.nextafter(lam * (1 - 2.0**-50), 0),
+                    (t_low + lam) / 2):
+            if waterfill._clears(cut, t_low, lam):
+                assert top < cut < bottom, (t_low, lam, cut, top, bottom)
+
+
 @pytest.mark.parametrize("miss", ["below", "above", "equal"])
 def test_a_sampled_bracket_that_misses_the_level_is_settled_again(miss):
     # The sample's pivots are only estimates; where the level lies outside them, each round
