@@ -435,6 +435,25 @@ def test_a_cut_that_clears_the_bracket_lies_between_the_extreme_keys(margin):
                 assert top < cut < bottom, (t_low, lam, cut, top, bottom)
 
 
+def test_the_sampled_selection_of_the_cut_is_the_partitions():
+    # _smallest selects the paper rounding's cut among the keys two sampled pivots bracket;
+    # against numpy's partition, on keys with ties, inf and NaN (prompts at hi), every rank
+    # from the first to the last, including ranks where the pivots miss.
+    rng = np.random.default_rng(8)
+    size = waterfill.SELECT_FROM + 3_000
+    keys = {"spread": rng.lognormal(0, 3, size),
+            "ties": rng.choice([0.5, 1.0, 2.0, 4.0], size),
+            "inf and nan": np.where(rng.random(size) < 0.2, np.nan,
+                                    np.where(rng.random(size) < 0.1, np.inf, rng.random(size)))}
+    for name, key in keys.items():
+        before = key.copy()
+        for rank in (0, 1, size // 3, size // 2, size - 2 * size // 5, size - 1):
+            expected = np.partition(key, rank)[rank]
+            got = waterfill._smallest(key, rank)
+            assert got == expected or (np.isnan(got) and np.isnan(expected)), (name, rank)
+        np.testing.assert_array_equal(key, before)  # the keys are left as they were
+
+
 @pytest.mark.parametrize("miss", ["below", "above", "equal"])
 def test_a_sampled_bracket_that_misses_the_level_is_settled_again(miss):
     # The sample's pivots are only estimates; where the level lies outside them, each round
