@@ -11,6 +11,7 @@ from scipy import stats
 
 from sera import runstore
 from sera.studies import confirm, report, screen
+from sera.studies.confirm import storage
 
 NAN = math.nan
 
@@ -260,12 +261,12 @@ def test_no_simulator_prediction_for_a_method_that_sets_its_own_step():
 
 
 def test_runs_that_repeat_or_continue_another_point_s_are_named():
-    """report.continued against the stored metrics: every metric of the 640-step sera lr-half
+    """storage.continued against the stored metrics: every metric of the 640-step sera lr-half
     runs through step 320 equals the 320-step sweep's sera lr-0.5 (not only the three trajectory
     metrics the function compares), and runs from another instruction set are not named."""
     from sera.studies.confirm.storage import stored_table
 
-    found = report.continued("math-n0-4-640-avx2")
+    found = storage.continued("math-n0-4-640-avx2")
     assert ("math-n0-4-320-lr", "sera lr-0.5", 320) in found["sera lr-half"]
     long, short = (stored_table(name, "metrics") for name in ("math-n0-4-640-avx2",
                                                              "math-n0-4-320-lr"))

@@ -33,7 +33,7 @@ from sera.results import (
     welch,
 )
 from sera.studies import confirm, diagnosis, digits, discount, screen, sweep
-from sera.studies.confirm.storage import stored_table
+from sera.studies.confirm.storage import continued, stored_points, stored_table
 
 README_ARMS = ("sera", "sera lr-half", "sera-evidence-step", "sera-rate")
 """The arms of the README's short table: the paper's method, it at half the step, the remedy
@@ -204,11 +204,6 @@ def control_level(name: str, ks=None) -> dict[int, float]:
     return {k: float(per_prompt_pass(mine, k).mean()) for k in ks or page_ks(point)}
 
 
-def stored_points() -> list[str]:
-    return [name for name in confirm.POINTS
-            if (runstore.STUDY_DIR / name / runstore.stored_file("final")).exists()]
-
-
 def _cell(row) -> str:
     if row.seeds < MIN_SEEDS or not math.isfinite(row.low):
         return "per seed " + " ".join(f"{100 * g:+.1f}" for g in row.per_seed)
@@ -291,59 +286,6 @@ def readme_table() -> str:
             "step, not a second sample; docs/results.md names them).")
 
 
-def tuned_table() -> str:
-    """The headline of the README and notebook 08: at every stored learning-rate sweep, the
-    paper's `sera` at its own chosen step against the control at its own, per K on the reporting
-    half of the held-out prompts (sera.studies.sweep.tuned), with each side's step and the
-    control's Pass@K; a sweep whose grid is still landing is named with what it waits for."""
-    rows, waiting, said = [], [], []
-    for name in filter(sweep.is_sweep, stored_points()):
-        try:
-            gap = sweep.tuned(name)
-        except ValueError as exc:
-            waiting.append(str(exc))
-            continue
-        said.append(_tuned_sentence(name, gap))
-        control = confirm.point(name).control
-        picks = sweep.chosen(name).set_index("method")["multiplier"]
-        level = sweep.cells(name, sweep.REPORT).set_index(["method", "multiplier", "k"])["mean"]
-        for r in gap.itertuples():
-            own = level[(control, picks[control], r.k)]
-            rows.append({"point": name, "K": r.k,
-                         f"{control}: its step, Pass@K": f"{picks[control]:g}x: {100 * own:.1f}",
-                         "sera: its step": f"{picks['sera']:g}x",
-                         "gain, Welch [95% interval]": bracket(r.gain, r.low, r.high),
-                         "paired [95% interval]": bracket(r.paired_gain, r.paired_low,
-                                                           r.paired_high),
-                         "seeds": f"{r.seeds[0]} and {r.seeds[1]}"})
-    parts = [pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)] if rows else []
-    return "\n\n".join(parts + said + [f"Not yet tuned: {reason}." for reason in waiting])
-
-
-def _tuned_sentence(name: str, gap: pd.DataFrame) -> str:
-    """The tuned comparison of one sweep in words: its verdict at each K (sera.results.verdict,
-    Welch), and how far `sera` at its step lies above the control's frontier at the largest K."""
-    control = confirm.point(name).control
-    verdicts = ", ".join(f"{verdict(r.gain, r.low, r.high)} at Pass@{r.k}"
-                         for r in gap.itertuples())
-    k = max(sweep.FRONTIER_KS)
-    above = sweep.chosen_frontier(name, k)
-    by = (bracket(above["gap"], above["low"], above["high"]) if math.isfinite(above["low"])
-          else f"{100 * above['gap']:+.1f} (too many draws dropped for an interval)")
-    where = (f"{by} points above {control}'s Pass@1-Pass@{k} frontier on the same half (the "
-             f"best {control} step reaching its Pass@1; bootstrap percentile interval)"
-             if math.isfinite(above["gap"]) else f"above every {control} step at Pass@1")
-    return (f"`{name}`: tuned, `sera` is {verdicts} against {control}; at its step it lies "
-            f"{where}.")
-
-
-def readme_tuned_table() -> str:
-    """tuned_table, and below it each sweep's Pass@1-Pass@K frontier."""
-    figures = [f"![{name}: the Pass@1-Pass@K frontier](figures/{sweep.figure_name(name)}.png)"
-               for name in filter(sweep.is_sweep, stored_points())]
-    return "\n\n".join([tuned_table(), *figures])
-
-
 PAGE_HEAD = """# Results: every arm of every confirmation point
 
 Generated from the stored runs in `data/study/` by `python -m sera.studies.report`
@@ -391,57 +333,6 @@ tokens, reward), from which a statement about response lengths or lone successes
 """
 
 
-TRAJECTORY = ("train_reward", "token_entropy", "response_length")
-"""The per-step training metrics `continued` matches run against run."""
-
-
-@functools.cache
-def _trajectory(name: str) -> pd.DataFrame:
-    """A point's per-step training metrics (TRAJECTORY), one row per (arm, method, seed, step,
-    metric), from its stored metrics."""
-    metrics = stored_table(name, "metrics")
-    return metrics[metrics["metric"].isin(TRAJECTORY)][
-        ["arm", "method", "seed", "step", "metric", "value"]]
-
-
-def continued(name: str) -> dict[str, list[tuple[str, str, int]]]:
-    """Per arm of the point, the (point, arm, steps) of the longest other stored points, no longer
-    than this one, whose runs it repeats or continues (the longest only: they hold the shorter
-    ones): the same warm-up (its fingerprint), the same method,
-    and for every seed both have the same training reward, token entropy and response length to
-    the last bit at every step the other ran. Through those steps they are the same runs, not a
-    second sample."""
-    mine = confirm.stored(name).get(runstore.WARMUP_FINGERPRINT)
-    steps = confirm.point(name).config.steps
-    found: dict[str, list] = {}
-    if mine is None:
-        return found
-    ours = _trajectory(name)
-    key = ["seed", "step", "metric"]
-    for other in stored_points():
-        shorter = confirm.point(other).config.steps
-        if other == name or shorter > steps or \
-                confirm.stored(other).get(runstore.WARMUP_FINGERPRINT) != mine:
-            continue
-        theirs = _trajectory(other)
-        for (arm, method), run in ours[ours["step"] < shorter].groupby(["arm", "method"]):
-            run = run.set_index(key)["value"]
-            for their_arm, part in theirs[theirs["method"] == method].groupby("arm"):
-                if _same_runs(run, part.set_index(key)["value"]):
-                    found.setdefault(arm, []).append((other, their_arm, shorter))
-    # the longest runs continued only: they hold the shorter ones
-    return {arm: [p for p in places if p[2] == max(q[2] for q in places)]
-            for arm, places in found.items()}
-
-
-def _same_runs(run: pd.Series, part: pd.Series) -> bool:
-    """Whether every value of `part` (by seed, step and metric) is in `run`, equal to the last
-    bit (a missing value equals a missing value)."""
-    both = run.index.intersection(part.index)
-    return bool(len(both)) and len(both) == len(part) and \
-        run[both].fillna(-1.0).equals(part[both].fillna(-1.0))
-
-
 def _continued_note(name: str) -> str:
     """The page's sentence on the arms that repeat or continue other stored runs ("" where none
     do)."""
@@ -467,7 +358,7 @@ def page() -> str:
                      f"{point.config.steps} steps; {control}'s level: {level}.\n\n"
                      f"{_continued_note(name)}{page_table(name, table)}\n")
     parts.append(second_half_section())
-    parts.append(sweep_section())
+    parts.append(sweep.page_section())
     parts.append(screen_section())
     parts.append(digits_section())
     parts.append(discount_section())
@@ -504,20 +395,6 @@ def second_half_section() -> str:
             "seeds (`sera.studies.diagnosis.drift`). A collapse that half the step only delayed "
             "shows as a fall here.\n\n"
             f"{pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)}\n")
-
-
-def sweep_section() -> str:
-    """Every stored learning-rate sweep (sera.studies.sweep): cells, chosen steps, the tuned
-    comparison and the frontier; "" when none is stored."""
-    parts = [sweep.section(name) for name in stored_points() if sweep.is_sweep(name)]
-    if not parts:
-        return ""
-    return ("## Each method at its own step: learning-rate sweeps\n\n"
-            "A method compared at a tuned step against a baseline at an untuned one measures the "
-            "tuning. Each sweep trains MaxRL and the paper's `sera` at a grid of step multipliers "
-            "on one instruction set and library stack; each method's step is chosen on half of "
-            "the held-out prompts and the comparison reported on the other half.\n\n"
-            + "\n".join(parts))
 
 
 def screen_section() -> str:
@@ -638,7 +515,7 @@ def main(argv=None) -> int:
     targets = {args.root / "docs" / "results.md": page()}
     readme = args.root / "README.md"
     targets[readme] = with_readme_table(
-        with_readme_table(readme.read_text(), readme_table()), readme_tuned_table(),
+        with_readme_table(readme.read_text(), readme_table()), sweep.readme_tuned_table(),
         (TUNED_START, TUNED_END))
     stale = [path for path, text in targets.items()
              if not path.exists() or path.read_text() != text]

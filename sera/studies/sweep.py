@@ -1,6 +1,7 @@
 """A learning-rate sweep at a confirmation point: every (method, step) cell's Pass@K, the step each
 method chooses on held-out prompts that do not report the result, the tuned comparison, and the
-step-per-evidence account's registered predictions checked against the runs.
+step-per-evidence account's registered predictions checked against the runs; and every word the
+results page and the README say of them (`page_section`, `tuned_table`, `readme_tuned_table`).
 
 The held-out prompts are split once, by index: even prompts choose each method's step (SELECT),
 odd prompts report the comparison at the chosen steps (REPORT), so the choice never sees the
@@ -21,9 +22,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from sera.results import MIN_SEEDS, bracket, per_prompt_pass, t_half_width, welch
+from sera.results import MIN_SEEDS, bracket, per_prompt_pass, t_half_width, verdict, welch
 from sera.studies.confirm.points import point
-from sera.studies.confirm.storage import stored_table
+from sera.studies.confirm.storage import stored_points, stored_table
 from sera.studies.diagnosis import drift, paired
 
 SELECT, REPORT = "select", "report"
@@ -387,6 +388,73 @@ def step_ratio(name: str, treatment: str = "sera") -> dict:
     side = "below" if mine < theirs else "at" if mine == theirs else "above"
     return {"sera": float(mine), "control": float(theirs), "ratio": float(mine / theirs),
             "side": side}
+
+
+def tuned_table() -> str:
+    """The headline of the README and notebook 08: at every stored learning-rate sweep, the
+    paper's `sera` at its own chosen step against the control at its own, per K on the reporting
+    half of the held-out prompts (`tuned`), with each side's step and the control's Pass@K; a
+    sweep whose grid is still landing is named with what it waits for."""
+    rows, waiting, said = [], [], []
+    for name in filter(is_sweep, stored_points()):
+        try:
+            gap = tuned(name)
+        except ValueError as exc:
+            waiting.append(str(exc))
+            continue
+        said.append(_tuned_sentence(name, gap))
+        control = point(name).control
+        picks = chosen(name).set_index("method")["multiplier"]
+        level = cells(name, REPORT).set_index(["method", "multiplier", "k"])["mean"]
+        for r in gap.itertuples():
+            own = level[(control, picks[control], r.k)]
+            rows.append({"point": name, "K": r.k,
+                         f"{control}: its step, Pass@K": f"{picks[control]:g}x: {100 * own:.1f}",
+                         "sera: its step": f"{picks['sera']:g}x",
+                         "gain, Welch [95% interval]": bracket(r.gain, r.low, r.high),
+                         "paired [95% interval]": bracket(r.paired_gain, r.paired_low,
+                                                           r.paired_high),
+                         "seeds": f"{r.seeds[0]} and {r.seeds[1]}"})
+    parts = [pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)] if rows else []
+    return "\n\n".join(parts + said + [f"Not yet tuned: {reason}." for reason in waiting])
+
+
+def _tuned_sentence(name: str, gap: pd.DataFrame) -> str:
+    """The tuned comparison of one sweep in words: its verdict at each K (sera.results.verdict,
+    Welch), and how far `sera` at its step lies above the control's frontier at the largest K."""
+    control = point(name).control
+    verdicts = ", ".join(f"{verdict(r.gain, r.low, r.high)} at Pass@{r.k}"
+                         for r in gap.itertuples())
+    k = max(FRONTIER_KS)
+    above = chosen_frontier(name, k)
+    by = (bracket(above["gap"], above["low"], above["high"]) if math.isfinite(above["low"])
+          else f"{100 * above['gap']:+.1f} (too many draws dropped for an interval)")
+    where = (f"{by} points above {control}'s Pass@1-Pass@{k} frontier on the same half (the "
+             f"best {control} step reaching its Pass@1; bootstrap percentile interval)"
+             if math.isfinite(above["gap"]) else f"above every {control} step at Pass@1")
+    return (f"`{name}`: tuned, `sera` is {verdicts} against {control}; at its step it lies "
+            f"{where}.")
+
+
+def readme_tuned_table() -> str:
+    """tuned_table, and below it each sweep's Pass@1-Pass@K frontier."""
+    figures = [f"![{name}: the Pass@1-Pass@K frontier](figures/{figure_name(name)}.png)"
+               for name in filter(is_sweep, stored_points())]
+    return "\n\n".join([tuned_table(), *figures])
+
+
+def page_section() -> str:
+    """The results page's section on the stored learning-rate sweeps, one `section` each: cells,
+    chosen steps, the tuned comparison and the frontier; "" when none is stored."""
+    parts = [section(name) for name in stored_points() if is_sweep(name)]
+    if not parts:
+        return ""
+    return ("## Each method at its own step: learning-rate sweeps\n\n"
+            "A method compared at a tuned step against a baseline at an untuned one measures the "
+            "tuning. Each sweep trains MaxRL and the paper's `sera` at a grid of step multipliers "
+            "on one instruction set and library stack; each method's step is chosen on half of "
+            "the held-out prompts and the comparison reported on the other half.\n\n"
+            + "\n".join(parts))
 
 
 def main(argv=None) -> int:

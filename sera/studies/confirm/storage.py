@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
 
 from sera import runstore
-from sera.studies.confirm.points import Point, builder, n_seeds
+from sera.studies.confirm.points import POINTS, Point, builder, n_seeds, point
 from sera.tables import TABLES, Results, with_arm
 from sera.trainers import grid
 from sera.trainers.presets import warmup_fingerprint
@@ -185,3 +186,60 @@ def stored_table(name: str, table: str, store_dir=None) -> pd.DataFrame:
 def stored(name: str, store_dir=None) -> dict:
     """The stored provenance summary of a point (runs, wall time, command to rerun)."""
     return runstore.stored_summary(Path(store_dir or runstore.STUDY_DIR) / name)
+
+
+def stored_points() -> list[str]:
+    """The registered points with stored runs (a final table in data/study/<point>/)."""
+    return [name for name in POINTS
+            if (runstore.STUDY_DIR / name / runstore.stored_file("final")).exists()]
+
+
+TRAJECTORY = ("train_reward", "token_entropy", "response_length")
+"""The per-step training metrics `continued` matches run against run."""
+
+
+@functools.cache
+def _trajectory(name: str) -> pd.DataFrame:
+    """A point's per-step training metrics (TRAJECTORY), one row per (arm, method, seed, step,
+    metric), from its stored metrics."""
+    metrics = stored_table(name, "metrics")
+    return metrics[metrics["metric"].isin(TRAJECTORY)][
+        ["arm", "method", "seed", "step", "metric", "value"]]
+
+
+def continued(name: str) -> dict[str, list[tuple[str, str, int]]]:
+    """Per arm of the point, the (point, arm, steps) of the longest other stored points, no longer
+    than this one, whose runs it repeats or continues (the longest only: they hold the shorter
+    ones): the same warm-up (its fingerprint), the same method,
+    and for every seed both have the same training reward, token entropy and response length to
+    the last bit at every step the other ran. Through those steps they are the same runs, not a
+    second sample."""
+    mine = stored(name).get(runstore.WARMUP_FINGERPRINT)
+    steps = point(name).config.steps
+    found: dict[str, list] = {}
+    if mine is None:
+        return found
+    ours = _trajectory(name)
+    key = ["seed", "step", "metric"]
+    for other in stored_points():
+        shorter = point(other).config.steps
+        if other == name or shorter > steps or \
+                stored(other).get(runstore.WARMUP_FINGERPRINT) != mine:
+            continue
+        theirs = _trajectory(other)
+        for (arm, method), run in ours[ours["step"] < shorter].groupby(["arm", "method"]):
+            run = run.set_index(key)["value"]
+            for their_arm, part in theirs[theirs["method"] == method].groupby("arm"):
+                if _same_runs(run, part.set_index(key)["value"]):
+                    found.setdefault(arm, []).append((other, their_arm, shorter))
+    # the longest runs continued only: they hold the shorter ones
+    return {arm: [p for p in places if p[2] == max(q[2] for q in places)]
+            for arm, places in found.items()}
+
+
+def _same_runs(run: pd.Series, part: pd.Series) -> bool:
+    """Whether every value of `part` (by seed, step and metric) is in `run`, equal to the last
+    bit (a missing value equals a missing value)."""
+    both = run.index.intersection(part.index)
+    return bool(len(both)) and len(both) == len(part) and \
+        run[both].fillna(-1.0).equals(part[both].fillna(-1.0))
