@@ -130,6 +130,12 @@ FRAME_COUNTER = """(() => {
   }, true);
   for (const [type, key] of [['pointerdown', 'seraDown'], ['pointerup', 'seraUp']])
     document.addEventListener(type, () => { window[key] = performance.now(); }, true);
+  // the page's messages to the server: while a slider moves, its updates to the kernel
+  const send = WebSocket.prototype.send;
+  WebSocket.prototype.send = function (data) {
+    (window.seraSends ||= []).push(performance.now());
+    return send.call(this, data);
+  };
 })()"""
 DRAGS = 3  # drags per explorer: one drag's rate varies by a fifth from one run to the next
 def _open_and_run(page, url, token, name):
@@ -232,7 +238,8 @@ def _settle(page, explorer, quiet: float = 1.0) -> None:
 def _drag(page, explorer, seconds: float = 1.0, steps: int = 60):
     """Drag the explorer's first slider handle by the mouse over `seconds` in small steps, then
     wait until the figure settles; return (frames a second during the drag, seconds from
-    release to the last redraw, redraws from the press on)."""
+    release to the last redraw, redraws from the press on, messages the page sent a second
+    during the drag)."""
     control = explorer.locator(".widget-slider").first
     control.scroll_into_view_if_needed()
     _settle(page, explorer)  # the hand comes to a figure at rest
@@ -251,8 +258,9 @@ def _drag(page, explorer, seconds: float = 1.0, steps: int = 60):
     down, up = page.evaluate("[window.seraDown, window.seraUp]")
     frames = _frames(explorer)
     during = [t for t in frames if down <= t <= up]
+    sent = [t for t in page.evaluate("window.seraSends || []") if down <= t <= up]
     return (len(during) / ((up - down) / 1000), max(0.0, (frames[-1] - up) / 1000),
-            sum(t >= down for t in frames))
+            sum(t >= down for t in frames), len(sent) / ((up - down) / 1000))
 
 
 def _labels(explorer):
@@ -314,17 +322,20 @@ def test_notebook_in_the_browser(lab, browser, name):
             # (that the figure drew the allocation, not "does not fit", is drawn in pixels:
             # tests/test_widgets.py::test_linked_sliders_never_reach_an_infeasible_budget)
     moved = sorted(t for t in times if t > 0)
-    fps = sorted(f for f, _, _ in drags)
-    latency = sorted(lag for _, lag, _ in drags)
+    fps = sorted(f for f, _, _, _ in drags)
+    latency = sorted(lag for _, lag, _, _ in drags)
+    sent = sorted(rate for _, _, _, rate in drags)
     print(f"\n{name}: ran in {time.perf_counter() - started:.0f} s; {len(moved)} slider updates, "
           f"median {moved[len(moved) // 2]:.2f} s, slowest {moved[-1]:.2f} s; {len(drags)} "
-          f"drags of 1 s: {fps[len(fps) // 2]:.1f} frames/s median, {fps[0]:.1f} slowest; "
+          f"drags of 1 s: {fps[len(fps) // 2]:.1f} frames/s median, {fps[0]:.1f} slowest, "
+          f"the page sending {sent[len(sent) // 2]:.1f} messages/s (ipywidgets holds a slider's "
+          f"next update until the kernel has answered the last); "
           f"release to last redraw {latency[len(latency) // 2]:.2f} s median, "
           f"{latency[-1]:.2f} s slowest")
     page.close()
     # Every drag redrew the figure, however long a busy machine took (benchmarks/slider_frames.py
     # measures the rate; no test asserts a speed).
-    assert all(redraws > 0 for _, _, redraws in drags), f"{name}: a drag redrew nothing"
+    assert all(redraws > 0 for _, _, redraws, _ in drags), f"{name}: a drag redrew nothing"
 
 
 def _number(text: str):

@@ -69,9 +69,10 @@ class Explorer(widgets.VBox):
 
     A frame reaches the page as one PNG of the whole figure in an Image widget: the page decodes
     and shows it, nothing more. (An ipympl canvas also encodes its last frame back to a data URL
-    in the page on every frame and copies it between two canvases: in two back-to-back runs of
-    tests/test_browser.py, its median drags ran at 11.6-15.5 frames a second, an Image's at
-    15.2-17.2.)"""
+    in the page on every frame and copies it between two canvases, which tests/test_browser.py
+    measured slower in a drag.) In the page a slider sends its next value only once the kernel
+    has answered the last (ipywidgets keeps one message in flight), so the page's frame rate is
+    at most one per round trip, whatever a frame costs here."""
 
     def __init__(self, plot, **controls):
         self.plot, self.controls, self.draws, self.blits = plot, controls, 0, 0
