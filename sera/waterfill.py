@@ -402,10 +402,11 @@ def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
         return floors_as_counts()
     # A prompt at hi is not eligible: its key is divided by 0 (inf, or NaN at p = 0, which
     # selection puts last and no comparison takes), cheaper than any masked write.
-    eligible = floor < hi if floor.max() >= hi else True
+    eligible = floor < hi
     key = np.multiply(floor, solution.h, out=floor)  # f >= 2, so never 0 * inf
-    with np.errstate(divide="ignore", invalid="ignore"):
-        np.divide(key, eligible, out=key)
+    if not eligible.all():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.divide(key, eligible, out=key)
     cut = _smallest(key, short - 1)
     below = key < cut
     missing = short - int(np.count_nonzero(below))
