@@ -14,9 +14,9 @@ exceed it. From 10^6 prompts on, each row also says whether it is within the aim
 Part 2: the observability safeguard (u_min = 0.5) against the same call without it, for
 the largest size and a tenth of it (limit 25x at 10^5). Part 3: the allocators SERA is compared
 with, at a tenth of the largest size, beside SERA's (aim: well under a second). Part 4: the
-water level's two choices by size, around the sizes where the allocator switches and at the
-largest size: the breakpoint search vectorised or probe by probe (Interior.VECTORISED_UP_TO),
-and the level from a sort or by selection (waterfill.SELECT_FROM). Best-of-repeats
+water level's two choices by size, up to the sizes where the allocator switches and at the
+largest size: the breakpoints the search probes a round (Interior.ALL_AT_ONCE_UP_TO and
+PROBES), and the level from a sort or by selection (waterfill.SELECT_FROM). Best-of-repeats
 times, the calls interleaved so that machine drift hits them alike; below 2*10^4 prompts each
 time is the mean of enough calls to take a few milliseconds. Each line ends with "ok" or
 "OVER LIMIT".
@@ -137,22 +137,27 @@ def _by_selection(h, levels):
 
 
 def level_paths(n0, repeats, largest, rng):
-    """The water level's two choices by size: Interior's breakpoint search vectorised or probe
-    by probe (Interior.VECTORISED_UP_TO), and the level from a sort or by selection
+    """The water level's two choices by size: the breakpoints Interior's search probes a round
+    (Interior.ALL_AT_ONCE_UP_TO, PROBES), and the level from a sort or by selection
     (waterfill.SELECT_FROM), for one level (what both roundings solve; the exact one solves a
     second only where its narrow bracket fails its check)."""
-    print(f"breakpoint search (Interior._first_reaching, budget {n0}B, n_max 64), vectorised up "
-          f"to {Interior.VECTORISED_UP_TO:,} breakpoints")
-    for size in (300, 1_000, 2_000, 3_000, 10_000, largest):
+    print(f"breakpoint search (Interior._first_reaching, budget {n0}B, n_max 64) by the "
+          f"breakpoints probed a round (2: a binary search; all: every one at once); the "
+          f"allocator probes every one up to {Interior.ALL_AT_ONCE_UP_TO}, else "
+          f"{Interior.PROBES}")
+    for size in (100, 300, 2_000, 10_000, waterfill.SELECT_FROM - 1, largest):
         ordered = np.sort(hazard(rng.beta(0.6, 1.2, size)))
         calls = {}
-        for name, threshold in (("vectorised", size), ("probed", 0)):
+        for name, (all_at_once, probes) in {
+                "allocator": (Interior.ALL_AT_ONCE_UP_TO, Interior.PROBES), "2": (0, 2),
+                "16": (0, 16), "64": (0, 64), "256": (0, 256), "all": (size, 2)}.items():
             interior = Interior(ordered, 2, 64)
-            interior.VECTORISED_UP_TO = threshold
+            interior.ALL_AT_ONCE_UP_TO, interior.PROBES = all_at_once, probes
             calls[name] = partial(interior._first_reaching, 1, n0 * size)
         best = best_times(calls, repeats, max(1, 20_000 // size))
-        print(f"  B={size:>9,}  " + "  ".join(f"{name} {_time(t)}" for name, t in best.items())
-              + f"  faster: {min(best, key=best.get)}")
+        print(f"  B={size:>9,}  " + "  ".join(f"{name}: {_time(t).strip()}"
+                                             for name, t in best.items())
+              + f"  fastest: {min(best, key=best.get)}")
     print(f"water level (budget {n0}B, n_max 64) from a sort or by selection, selection from "
           f"{waterfill.SELECT_FROM:,} prompts")
     for size in sorted({10_000, 30_000, waterfill.SELECT_FROM, 100_000, largest}):

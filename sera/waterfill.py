@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import NamedTuple
 
 import numpy as np
@@ -25,15 +25,51 @@ _HEADROOM = 2.0**-1020
 def hazard(p: np.ndarray) -> np.ndarray:
     """h = -log(1-p), so that kappa(p, n) = 1 - exp(-(n-1) h); 0 at p = 0, inf at p = 1.
 
+    Where numpy has no vectorised log1p for float64 but a vectorised log (its AVX2 build), h is
+    taken from log(u), u = fl(1 - p), plus the rounding error of u, which two subtractions give
+    exactly: as accurate (within an ulp of the exact value; tests/test_allocation.py checks both
+    ways over the whole range) and faster than the scalar log1p loop.
+
     Parameters
     ----------
     p : ndarray of float
         Success probabilities in [0, 1].
     """
-    h = np.negative(p, out=np.empty(np.shape(p)))  # one array, written over in place
+    h = np.empty(np.shape(p))  # one array, written over in place
+    if _log1p_vectorised():
+        np.negative(p, out=h)
+        with np.errstate(divide="ignore"):
+            np.log1p(h, out=h)
+        return np.negative(h, out=h)
+    return _hazard_from_log(p, h)
+
+
+def _hazard_from_log(p: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """-log(1 - p) from log: with u = fl(1 - p) and e = u - (1 - p) (both subtractions below are
+    exact: Sterbenz's lemma where p <= 1/2, and e = 0 where 1 - p is exact), -log(1 - p) =
+    -log(u) + e/u + O(e^2); e is nonzero only where u >= 1/2 and is at most 2^-54, so taking e
+    for e/u costs at most 2^-53 p, half an ulp of h >= p. p = 0 gives +0 and p = 1 gives inf."""
+    u = np.subtract(1.0, p, out=out)
+    e = np.subtract(1.0, u)  # 1 - u, exact
+    np.subtract(p, e, out=e)
     with np.errstate(divide="ignore"):
-        np.log1p(h, out=h)
-    return np.negative(h, out=h)
+        log_u = np.log(u, out=u)
+    return np.subtract(e, log_u, out=log_u)
+
+
+@cache
+def _log1p_vectorised() -> bool:
+    """Whether numpy's float64 log1p runs a SIMD loop on this machine, or its log runs none
+    either (numpy.lib.introspect names the loop each dispatches to)."""
+    try:
+        from numpy.lib.introspect import opt_func_info  # numpy 2.0 and later
+    except ImportError:
+        return True
+
+    def target(name):
+        return opt_func_info(func_name=f"^{name}$", signature="float64")[name]["dd"]["current"]
+
+    return not target("log1p").startswith("baseline") or target("log").startswith("baseline")
 
 
 class Interior:
@@ -45,10 +81,12 @@ class Interior:
     over its own prompts.
     """
 
-    # Up to this many breakpoints S is evaluated at all of them in one vectorised call; beyond
-    # it the log2(size) probes taken one by one cost less (the crossing is measured by
-    # benchmarks/allocation_speed.py, part 4).
-    VECTORISED_UP_TO = 2048
+    # The search evaluates S at breakpoints in one vectorised call a round: at every one of a
+    # range up to ALL_AT_ONCE_UP_TO long (one round for a training batch), else at PROBES of them,
+    # about log(n) / log(PROBES) rounds in all (benchmarks/allocation_speed.py, part 4, times
+    # other values).
+    ALL_AT_ONCE_UP_TO = 256
+    PROBES = 64
 
     def __init__(self, h: np.ndarray, lo: int, hi: int):
         self.h, self.lo, self.hi, self.size = h, lo, hi, h.size
@@ -67,23 +105,18 @@ class Interior:
         return i_hi * self.hi + (self.size - i_lo) * self.lo + (i_lo - i_hi) + lam * free
 
     def _first_reaching(self, scale: int, target: float) -> int:
-        """First j with S(scale * h_j) >= target: a binary search (S is nondecreasing). Small
-        batches evaluate S at every breakpoint in one vectorised call; from VECTORISED_UP_TO
-        breakpoints on, that call would cost more than the log2(size) probes evaluated one by
-        one. Both take the same comparisons of the same numbers."""
-        if self.size <= self.VECTORISED_UP_TO:
-            total_at = self.total(scale * self.h).__getitem__
-        else:
-            def total_at(j):
-                return self.total(scale * self.h[j])
-        left, right = 0, self.size
-        while left < right:
-            mid = (left + right) // 2
-            if total_at(mid) >= target:
-                right = mid
-            else:
-                left = mid + 1
-        return left
+        """First j with S(scale * h_j) >= target, size if none (S is nondecreasing). Each round
+        evaluates S at every breakpoint of the range left, or at PROBES evenly spaced ones, the
+        last at its end, and keeps the gap between the last one short of the target and the
+        first reaching it."""
+        left, right = 0, self.size  # the answer lies in [left, right]
+        while right - left > max(self.ALL_AT_ONCE_UP_TO, self.PROBES):
+            probes = left + (np.arange(1, self.PROBES + 1) * (right - left)) // self.PROBES - 1
+            first = int(np.searchsorted(self.total(scale * self.h[probes]), target))
+            if first == self.PROBES:
+                return right
+            left, right = (int(probes[first - 1]) + 1 if first else left), int(probes[first])
+        return left + int(np.searchsorted(self.total(scale * self.h[left:right]), target))
 
     def level(self, target: int) -> float:
         """The smallest lam with S(lam) = target. S is piecewise linear: the segment holding the
@@ -126,8 +159,11 @@ def _clipped_sum(inv: np.ndarray, lam: float, lo: int, hi: int, out: np.ndarray)
 def _pivots(sample, scale, fixed, slope, low, high, target, lo, hi):
     """Two breakpoints of the sampled prompts inside (low, high) expected to bracket the level:
     S estimated from the sample (times scale), _SPREAD standard errors below and above target."""
-    cand = np.concatenate([(lo - 1) * sample, (hi - 1) * sample])
-    cand = np.unique(cand[(cand > low) & (cand < high)])
+    # Both breakpoint lists are sorted with the sample: their parts inside, merged (a value
+    # twice over moves no pivot).
+    cand = [m * sample for m in (lo - 1, hi - 1)]
+    cand = np.sort(np.concatenate([c[np.searchsorted(c, low, "right"):np.searchsorted(c, high)]
+                                   for c in cand]), kind="stable")
     estimate = fixed + cand * slope + scale * Interior(sample, lo, hi).total(cand)
     near = cand[min(int(np.searchsorted(estimate, target)), cand.size - 1)]
     with np.errstate(over="ignore"):
@@ -408,11 +444,14 @@ def round_paper(solution: Solution, budget: int, hi: int) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
             np.divide(key, eligible, out=key)
     cut = _smallest(key, short - 1)
-    below = key < cut
-    missing = short - int(np.count_nonzero(below))
-    # Equal keys: lowest index first. A cut at inf is shared by p = 1 prompts (eligible) and the
-    # prompts at hi (not eligible).
-    tie = np.flatnonzero((key == cut) & eligible)[:missing] if missing else None
+    below = key <= cut
+    tie = None
+    if not (cut < math.inf and int(np.count_nonzero(below)) == short):
+        # Keys equal to the cut beyond the budget: lowest index first. A cut at inf is shared by
+        # p = 1 prompts (eligible) and the prompts at hi (not eligible).
+        below = np.less(key, cut, out=below)
+        missing = short - int(np.count_nonzero(below))
+        tie = np.flatnonzero((key == cut) & eligible)[:missing]
     counts = floors_as_counts()
     counts += below
     if tie is not None:

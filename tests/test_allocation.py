@@ -14,7 +14,7 @@ from scipy.optimize import brentq
 import sera
 from sera import waterfill
 from sera.fidelity import kappa
-from sera.waterfill import Interior
+from sera.waterfill import Interior, hazard
 
 # p with log-uniform tails on both sides: 1e-17 .. 1e-1 and 1 - 1e-1 .. 1 - 1e-13, the plain
 # middle, and the ends 0 and 1 themselves.
@@ -80,6 +80,36 @@ def root_counts(p, budget, n_min, upper):
 
 
 # ----------------------------------------------------------------------------- properties
+
+
+def _hazard_points():
+    rng = np.random.default_rng(11)
+    edges = [0.0, 5e-324, 2.0**-1022, 1e-300, 2.0**-55, 3 * 2.0**-55, 2.0**-54, 2.0**-53, 1e-10,
+             0.25, np.nextafter(0.5, 0), 0.5, np.nextafter(0.5, 1), 1 - 2.0**-52,
+             np.nextafter(1, 0), 1.0]
+    runs = [start + np.arange(200) * np.spacing(start) for start in (1e-5, 0.3, 0.5, 0.9)]
+    return np.concatenate([edges, 10.0 ** -rng.uniform(0, 324, 3000),
+                           1 - 10.0 ** -rng.uniform(0, 16, 3000), rng.random(3000), *runs])
+
+
+@pytest.mark.parametrize("path", ["log1p", "log"])
+def test_hazard_is_within_an_ulp_of_a_high_precision_log1p(path):
+    # Both ways hazard computes -log(1-p) (numpy's log1p, or its log plus the rounding error of
+    # 1-p where log1p runs no SIMD loop), against mpmath at 60 digits.
+    import mpmath
+
+    p = _hazard_points()
+    with mock.patch.object(waterfill, "_log1p_vectorised", lambda: path == "log1p"):
+        h = hazard(p)
+    with mpmath.workdps(60):
+        exact = np.array([float(-mpmath.log1p(-mpmath.mpf(float(x)))) if x < 1 else math.inf
+                          for x in p])
+    inside = (p > 0) & (p < 1)
+    np.testing.assert_array_equal(h[~inside], exact[~inside])
+    assert not np.signbit(h).any()  # +0 at p = 0: lam / h is +inf there
+    assert np.all(np.abs(h[inside] - exact[inside]) <= np.spacing(exact[inside]))
+    order = np.argsort(p, kind="stable")
+    assert np.all(np.diff(h[order]) >= 0)  # nondecreasing in p, adjacent floats included
 
 
 @given(instances(), st.sampled_from(["paper", "exact", "uniform"]))
@@ -306,7 +336,7 @@ def test_paper_rounding_gives_p_one_remainders_by_index():
 def test_exact_selection_checks_itself_and_widens():
     # A bracket that is too tight on purpose: pick_keys must refuse it rather than answer wrong,
     # and the widened bracket must agree with the water-filling.
-    from sera.waterfill import hazard, pick_keys, solve
+    from sera.waterfill import pick_keys, solve
 
     rng = np.random.default_rng(5)
     refused = 0
@@ -349,30 +379,51 @@ def _assert_same_bits(first, second):
         np.testing.assert_array_equal(a, b, strict=True)
 
 
-@given(instances(max_extra=120))
-def test_breakpoint_search_probe_by_probe_matches_the_vectorised_one(instance):
-    # Small batches take the vectorised search; with the threshold at 0 the same batch takes the
-    # probe-by-probe search that large batches use, and every number must come out the same.
-    vectorised = _every_result(*instance)
-    with mock.patch.object(Interior, "VECTORISED_UP_TO", 0):
-        probed = _every_result(*instance)
-    _assert_same_bits(vectorised, probed)
+@given(instances(max_extra=120), st.sampled_from([2, 3, 7]))
+def test_breakpoint_search_takes_the_same_result_with_fewer_probes(instance, probes):
+    # The search evaluates S at every breakpoint of a short range, else at Interior.PROBES a
+    # round; with 2 and none at once it is a binary search (many more rounds) over the same
+    # sums, and every number must come out the same.
+    default = _every_result(*instance)
+    with mock.patch.multiple(Interior, PROBES=probes, ALL_AT_ONCE_UP_TO=0):
+        fewer = _every_result(*instance)
+    _assert_same_bits(default, fewer)
+
+
+@pytest.mark.parametrize("size", [1, 2, 63, 64, 65, 1000, 3 * 4096 + 5])
+def test_breakpoint_search_finds_the_first_breakpoint_reaching_the_target(size):
+    # Brute force: S at every breakpoint in one vectorised call, the first reaching the target.
+    rng = np.random.default_rng(size)
+    p = rng.beta(0.6, 1.2, size)
+    p[: size // 10] = 10.0 ** -rng.uniform(1, 300, size // 10)
+    h = np.sort(hazard(p))
+    for hi in (3, 64):
+        interior = Interior(h, 2, hi)
+        for target in (2 * size, 2 * size + 1, rng.integers(2 * size, hi * size + 1), hi * size):
+            for scale in (1, hi - 1):
+                reached = interior.total(scale * h) >= target
+                expected = int(np.argmax(reached)) if reached.any() else size
+                for probes, at_once in ((2, 0), (3, 0), (Interior.PROBES, 0), (2, size),
+                                        (Interior.PROBES, Interior.ALL_AT_ONCE_UP_TO)):
+                    with mock.patch.multiple(Interior, PROBES=probes,
+                                             ALL_AT_ONCE_UP_TO=at_once):
+                        assert interior._first_reaching(scale, target) == expected
 
 
 @pytest.mark.parametrize("n_max", [None, 64])
-def test_large_batches_search_probe_by_probe_with_the_same_result(n_max):
+def test_large_batches_search_with_the_same_result_whatever_the_probes(n_max):
     rng = np.random.default_rng(7)
-    p = rng.beta(0.6, 1.2, 3 * Interior.VECTORISED_UP_TO)
+    p = rng.beta(0.6, 1.2, 6000)
     p[:300] = 10.0 ** -rng.uniform(1, 300, 300)
     p[300:600] = 1 - 10.0 ** -rng.uniform(1, 16, 300)
     p[600:610] = [0.0, 1.0, 1e-300, 1 - 1e-16, 5e-324, 0.0, 1.0, 0.5, 1e-300, 1 - 1e-16]
     for budget in (2 * p.size + 1, 16 * p.size, 60 * p.size):
-        probed = _every_result(p, budget, 2, n_max)
-        with mock.patch.object(Interior, "VECTORISED_UP_TO", p.size):
-            vectorised = _every_result(p, budget, 2, n_max)
-        _assert_same_bits(probed, vectorised)
+        default = _every_result(p, budget, 2, n_max)
+        with mock.patch.multiple(Interior, PROBES=2, ALL_AT_ONCE_UP_TO=0):
+            binary = _every_result(p, budget, 2, n_max)
+        _assert_same_bits(default, binary)
         upper = _upper(p, budget, 2, n_max)
-        np.testing.assert_array_equal(probed[3], water_fill(p, budget, 2, upper))
+        np.testing.assert_array_equal(default[3], water_fill(p, budget, 2, upper))
 
 
 def _selection(sample=4, rounds=16):
