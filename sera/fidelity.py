@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from sera import _checks
+from sera.waterfill import hazard
 
 
 def _counts(n, xp, name: str = "n"):
@@ -94,7 +95,7 @@ def rollouts_for_fidelity(p, level: float, n_max: float | None = None):
     level = _checks.real(level, "level", 0.0, 1.0)
     p = _checks.probabilities(p)
     with np.errstate(divide="ignore", invalid="ignore"):
-        h = -np.log1p(-np.asarray(p, dtype=float))
+        h = hazard(np.asarray(p, dtype=float))  # +0 at p = -0 too: lam / h = inf
         need = np.where(level == 0, 1.0, 1 + -np.log1p(-level) / h)
     need = np.where(np.isnan(need), np.inf, need)  # p = 0 at a positive level
     if n_max is not None:

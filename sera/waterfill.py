@@ -40,18 +40,19 @@ def hazard(p: np.ndarray) -> np.ndarray:
         np.negative(p, out=h)
         with np.errstate(divide="ignore"):
             np.log1p(h, out=h)
-        return np.negative(h, out=h)
+        return np.subtract(0.0, h, out=h)  # 0 - x, not -x: +0 at p = -0 as at p = 0
     return _hazard_from_log(p, h)
 
 
 def _hazard_from_log(p: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """-log(1 - p) from log: with u = fl(1 - p) and e = u - (1 - p) (both subtractions below are
-    exact: Sterbenz's lemma where p <= 1/2, and e = 0 where 1 - p is exact), -log(1 - p) =
-    -log(u) + e/u + O(e^2); e is nonzero only where u >= 1/2 and is at most 2^-54, so taking e
-    for e/u costs at most 2^-53 p, half an ulp of h >= p. p = 0 gives +0 and p = 1 gives inf."""
+    """-log(1 - p) from log: with u = fl(1 - p) and e = p + (u - 1) = u - (1 - p) (both steps
+    below are exact: Sterbenz's lemma where p <= 1/2, and e = 0 where 1 - p is exact),
+    -log(1 - p) = -log(u) + e/u + O(e^2); e is nonzero only where u >= 1/2 and is at most 2^-54,
+    so taking e for e/u costs at most 2^-53 p, half an ulp of h >= p. p = 0 and p = -0 give +0,
+    p = 1 gives inf."""
     u = np.subtract(1.0, p, out=out)
-    e = np.subtract(1.0, u)  # 1 - u, exact
-    np.subtract(p, e, out=e)
+    e = np.subtract(u, 1.0)  # exact
+    np.add(p, e, out=e)  # -0 + 0 = +0
     with np.errstate(divide="ignore"):
         log_u = np.log(u, out=u)
     return np.subtract(e, log_u, out=log_u)
@@ -148,12 +149,12 @@ _ROUNDS = 16  # then the rest is sorted whatever its size: no worse than a sort 
 _SPREAD = 4.0  # standard errors of the sample's estimate of S between the level and each pivot
 
 
-def _clipped_sum(inv: np.ndarray, lam: float, lo: int, hi: int, out: np.ndarray) -> float:
-    """sum clip(1 + lam/h, lo, hi) from inv = 1/h, in out's memory (no new 8 MB per call)."""
-    with np.errstate(over="ignore"):
-        np.multiply(inv, lam, out=out)
-    np.add(out, 1.0, out=out)
-    return float(np.clip(out, lo, hi, out=out).sum())
+def _count_sum(h: np.ndarray, lam: float, lo: int, hi: int, out=None) -> float:
+    """sum clip(1 + lam/h, lo, hi) over h (out: h.size floats of working memory, optional)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        counts = np.divide(lam, h, out=out)
+    np.add(counts, 1.0, out=counts)
+    return float(np.clip(counts, lo, hi, out=counts).sum())
 
 
 def _pivots(sample, scale, fixed, slope, low, high, target, lo, hi):
@@ -205,10 +206,8 @@ class _Settled(NamedTuple):
 
     def total(self, lam: float, lo: int, hi: int) -> float:
         """The settled prompts' counts at lam, inside the bracket, plus the moving ones'."""
-        with np.errstate(divide="ignore", over="ignore"):
-            counts = np.clip(1.0 + lam / self.moving, lo, hi)
         return (self.n_hi * hi + self.n_lo * lo + self.n_free + lam * self.slope
-                + float(counts.sum()))
+                + _count_sum(self.moving, lam, lo, hi))
 
 
 def _settle(h: np.ndarray, low: float, high: float, lo: int, hi: int,
@@ -258,7 +257,7 @@ def _narrow(h: np.ndarray, lo: int, hi: int, target: int, work: np.ndarray):
         if settled is not None:
             s1, s2 = (fixed + t * slope + settled.total(t, lo, hi) for t in (t1, t2))
         else:
-            s1 = s2 = fixed + t1 * slope + _clipped_sum(1.0 / h, t1, lo, hi, scratch)
+            s1 = s2 = fixed + t1 * slope + _count_sum(h, t1, lo, hi, out=scratch)
         if settled is not None and s1 < target <= s2:
             low, high = t1, t2
         else:

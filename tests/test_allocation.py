@@ -84,8 +84,8 @@ def root_counts(p, budget, n_min, upper):
 
 def _hazard_points():
     rng = np.random.default_rng(11)
-    edges = [0.0, 5e-324, 2.0**-1022, 1e-300, 2.0**-55, 3 * 2.0**-55, 2.0**-54, 2.0**-53, 1e-10,
-             0.25, np.nextafter(0.5, 0), 0.5, np.nextafter(0.5, 1), 1 - 2.0**-52,
+    edges = [0.0, -0.0, 5e-324, 2.0**-1022, 1e-300, 2.0**-55, 3 * 2.0**-55, 2.0**-54, 2.0**-53,
+             1e-10, 0.25, np.nextafter(0.5, 0), 0.5, np.nextafter(0.5, 1), 1 - 2.0**-52,
              np.nextafter(1, 0), 1.0]
     runs = [start + np.arange(200) * np.spacing(start) for start in (1e-5, 0.3, 0.5, 0.9)]
     return np.concatenate([edges, 10.0 ** -rng.uniform(0, 324, 3000),
@@ -106,7 +106,7 @@ def test_hazard_is_within_an_ulp_of_a_high_precision_log1p(path):
                           for x in p])
     inside = (p > 0) & (p < 1)
     np.testing.assert_array_equal(h[~inside], exact[~inside])
-    assert not np.signbit(h).any()  # +0 at p = 0: lam / h is +inf there
+    assert not np.signbit(h).any()  # +0 at p = 0 and p = -0: lam / h is +inf there
     assert np.all(np.abs(h[inside] - exact[inside]) <= np.spacing(exact[inside]))
     order = np.argsort(p, kind="stable")
     assert np.all(np.diff(h[order]) >= 0)  # nondecreasing in p, adjacent floats included
@@ -325,6 +325,17 @@ def test_large_batch_runs_and_is_exact():
     np.testing.assert_array_equal(sera.allocate(sample, 16 * sample.size, 2, 64,
                                                 rule="exact").counts,
                                   water_fill(sample, 16 * sample.size, 2, 64))
+
+
+@pytest.mark.parametrize("rule", ["paper", "exact"])
+def test_negative_zero_is_p_zero(rule):
+    # -0.0 passes the range check (-0.0 >= 0); its hazard must be +0, or lam / h = -inf would put
+    # a p = 0 prompt at n_min and the paper rounding would have more to hand out than prompts.
+    for p in ([-0.0, 0.5, 0.3], [-0.0, 0.0, 1.0]):
+        with_sign = sera.allocate(np.array(p), 20, 2, 10, rule=rule)
+        without = sera.allocate(np.abs(p), 20, 2, 10, rule=rule)
+        np.testing.assert_array_equal(with_sign.counts, without.counts)
+        np.testing.assert_array_equal(with_sign.continuous, without.continuous)
 
 
 def test_paper_rounding_gives_p_one_remainders_by_index():

@@ -44,4 +44,5 @@ def test_rollouts_for_fidelity_inverts_kappa():
     need = sera.rollouts_for_fidelity(p, 0.8)
     np.testing.assert_allclose(sera.kappa(p, need), 0.8)
     assert sera.rollouts_for_fidelity(0.0, 0.5) == math.inf
+    assert sera.rollouts_for_fidelity(-0.0, 0.5) == math.inf  # -0.0 passes the range check
     assert sera.rollouts_for_fidelity(0.0, 0.5, n_max=64) == 64
