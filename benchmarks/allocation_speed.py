@@ -38,12 +38,15 @@ from sera import waterfill
 from sera.waterfill import Interior, hazard, select_level
 
 
-def best_times(calls, repeats, number=1):
+def best_times(calls, repeats, number=1, warm=False):
     """Best-of-repeats time of each call (the mean of `number` calls in a row), the calls
-    interleaved so drift hits them alike."""
+    interleaved so drift hits them alike; warm: each timing after one untimed call, so that none
+    pays for the caches the call before it emptied."""
     best = {name: float("inf") for name in calls}
     for _ in range(repeats):
         for name, fn in calls.items():
+            if warm:
+                fn()
             start = time.perf_counter()
             for _ in range(number):
                 fn()
@@ -154,18 +157,18 @@ def level_paths(n0, repeats, largest, rng):
             interior = Interior(ordered, 2, 64)
             interior.ALL_AT_ONCE_UP_TO, interior.PROBES = all_at_once, probes
             calls[name] = partial(interior._first_reaching, 1, n0 * size)
-        best = best_times(calls, repeats, max(1, 20_000 // size))
+        best = best_times(calls, repeats, max(1, 20_000 // size), warm=True)
         print(f"  B={size:>9,}  " + "  ".join(f"{name}: {_time(t).strip()}"
                                              for name, t in best.items())
               + f"  fastest: {min(best, key=best.get)}")
     print(f"water level (budget {n0}B, n_max 64) from a sort or by selection, selection from "
           f"{waterfill.SELECT_FROM:,} prompts")
-    for size in sorted({10_000, 30_000, waterfill.SELECT_FROM, 100_000, largest}):
+    for size in sorted({10_000, 30_000, waterfill.SELECT_FROM, 100_000, 300_000, largest}):
         h, budget = hazard(rng.beta(0.6, 1.2, size)), n0 * size
 
         calls = {name: partial(fn, h, (budget,))
                  for name, fn in (("sort", _by_sort), ("selection", _by_selection))}
-        best = best_times(calls, repeats, max(1, 20_000 // size))
+        best = best_times(calls, repeats, max(1, 20_000 // size), warm=True)
         print(f"  B={size:>9,}  " + "  ".join(f"{name} {_time(t)}" for name, t in best.items()))
 
 

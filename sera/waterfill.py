@@ -51,7 +51,7 @@ def _hazard_from_log(p: np.ndarray, out: np.ndarray) -> np.ndarray:
     so taking e for e/u costs at most 2^-53 p, half an ulp of h >= p. p = 0 and p = -0 give +0,
     p = 1 gives inf."""
     u = np.subtract(1.0, p, out=out)
-    e = np.subtract(u, 1.0)  # exact
+    e = np.subtract(u, 1.0, out=np.empty_like(u))  # exact (out=: an array for 0-d p too)
     np.add(p, e, out=e)  # -0 + 0 = +0
     with np.errstate(divide="ignore"):
         log_u = np.log(u, out=u)

@@ -110,6 +110,9 @@ def test_hazard_is_within_an_ulp_of_a_high_precision_log1p(path):
     assert np.all(np.abs(h[inside] - exact[inside]) <= np.spacing(exact[inside]))
     order = np.argsort(p, kind="stable")
     assert np.all(np.diff(h[order]) >= 0)  # nondecreasing in p, adjacent floats included
+    with mock.patch.object(waterfill, "_log1p_vectorised", lambda: path == "log1p"):
+        single = hazard(np.asarray(0.3))  # 0-d, as rollouts_for_fidelity passes a scalar p
+    assert single.shape == () and abs(single - math.log(1 / 0.7)) <= np.spacing(single)
 
 
 @given(instances(), st.sampled_from(["paper", "exact", "uniform"]))
