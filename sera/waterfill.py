@@ -26,8 +26,8 @@ def hazard(p: np.ndarray) -> np.ndarray:
     """h = -log(1-p), so that kappa(p, n) = 1 - exp(-(n-1) h); 0 at p = 0, inf at p = 1.
 
     Where numpy has no vectorised log1p for float64 but a vectorised log (its AVX2 build), h is
-    taken from log(u), u = fl(1 - p), plus the rounding error of u, which two subtractions give
-    exactly: as accurate (within an ulp of the exact value; tests/test_allocation.py checks both
+    taken from log(u), u = fl(1 - p), plus the rounding error of u, which two exact operations
+    give: as accurate (within an ulp of the exact value; tests/test_allocation.py checks both
     ways over the whole range) and faster than the scalar log1p loop.
 
     Parameters
