@@ -2,12 +2,13 @@
 and a replayed sera.SuccessHistory (main environment: no verl or TRL needed)."""
 
 import json
+import os
 
 import numpy as np
 import pytest
 
 import sera
-from sera.integrations.planner import HISTORY_FILE, Planner
+from sera.integrations.planner import FORMAT, HISTORY_FILE, Planner, fingerprint
 from sera.methods import U_MIN
 from sera.trainers.config import AllocatorConfig
 
@@ -141,8 +142,8 @@ def test_state_round_trips_through_a_folder_and_refuses_mismatches(tmp_path):
         again.load(tmp_path / "elsewhere")
     with pytest.raises(ValueError, match="n_prompts = 6"):
         Planner(5, 4, allocator).load(tmp_path / "global_step_1")
-    with pytest.raises(ValueError, match=r"history_gamma = 0.7 saved, 0.5 now.*n_min = 3 saved"):
-        Planner(6, 4).load(tmp_path / "global_step_1")
+    with pytest.raises(ValueError, match=r"history_gamma = 0.7 saved, 0.5 now; pass"):
+        Planner(6, 4).load(tmp_path / "global_step_1")  # n_min (planning only) is not named
     with pytest.raises(ValueError, match=r"global_step_1.*n0 = 4, this run has n0 = 8"):
         Planner(6, 8, allocator).load(tmp_path / "global_step_1")
     with pytest.raises(ValueError, match=r"prompts_per_epoch = 6, this run has .* = 3"):
@@ -151,6 +152,75 @@ def test_state_round_trips_through_a_folder_and_refuses_mismatches(tmp_path):
     (tmp_path / "broken" / HISTORY_FILE).write_text('{"history": ')
     with pytest.raises(ValueError, match=r"broken.*is not a SERA history"):
         Planner(6, 4).load(tmp_path / "broken")
+
+
+def _kept(tmp_path, prompts, batch_size=2, **allocator):
+    """A planner over `prompts` that planned and recorded one batch, saved in tmp_path/saved."""
+    planner = Planner(len(prompts), 4, AllocatorConfig(**allocator), prompts_per_epoch=4,
+                      prompts=fingerprint(prompts), batch_size=batch_size)
+    planner.plan([0, 1])
+    planner.record(np.repeat([0, 1], 4), np.arange(8) % 2)
+    planner.save(tmp_path / "saved")
+    return planner
+
+
+def test_a_history_resumes_only_on_the_prompts_it_was_kept_on(tmp_path):
+    prompts = [f"Question {i}" for i in range(4)]
+    _kept(tmp_path, prompts)
+    state = json.loads((tmp_path / "saved" / HISTORY_FILE).read_text())
+    assert state["format"] == FORMAT == 2 and state["prompts"] == fingerprint(prompts)
+    for other in (prompts[::-1], [*prompts[:3], "Question 7"],  # reordered, one row replaced
+                  [[{"role": "user", "content": p}] for p in prompts]):  # as chat messages
+        planner = Planner(4, 4, prompts_per_epoch=4, prompts=fingerprint(other), batch_size=2)
+        with pytest.raises(ValueError, match=rf"saved{os.sep}{HISTORY_FILE}: .*fingerprint "
+                                             rf"{state['prompts']}, this run's are "
+                                             rf"{fingerprint(other)}"):
+            planner.load(tmp_path / "saved")
+    same = Planner(4, 4, prompts_per_epoch=4, prompts=fingerprint(list(prompts)), batch_size=2)
+    same.load(tmp_path / "saved")
+    assert same.planned == 2
+    # rows cannot run into each other: ["a\nb"] is not ["a", "b"]
+    assert fingerprint(["a\nb"]) != fingerprint(["a", "b"]) != fingerprint(["ab"])
+    assert fingerprint(np.array(["a", "b"])) == fingerprint(["a", "b"])
+
+
+def test_a_history_of_a_newer_or_unversioned_format(tmp_path, caplog):
+    prompts = [f"Question {i}" for i in range(4)]
+    _kept(tmp_path, prompts)
+    path = tmp_path / "saved" / HISTORY_FILE
+    state = json.loads(path.read_text())
+    for version in (3, 0, "2", True):
+        path.write_text(json.dumps({**state, "format": version}))
+        with pytest.raises(ValueError, match=rf"{HISTORY_FILE}: the saved history has format = "
+                                             rf"{version!r}, this sera reads formats 1 to 2"):
+            Planner(4, 4, prompts_per_epoch=4, batch_size=2).load(tmp_path / "saved")
+    older = {k: v for k, v in state.items() if k not in ("format", "prompts", "batch_size")}
+    path.write_text(json.dumps(older))
+    planner = Planner(4, 4, prompts_per_epoch=4, prompts=fingerprint(prompts[::-1]), batch_size=2)
+    with caplog.at_level("WARNING", logger="sera.integrations.planner"):
+        planner.load(tmp_path / "saved")
+    assert planner.planned == 2 and "predates format 2" in caplog.text
+
+
+def test_a_changed_batch_size_is_refused_and_planning_options_are_logged(tmp_path, caplog):
+    prompts = [f"Question {i}" for i in range(4)]
+    _kept(tmp_path, prompts, n_max=16)
+    with pytest.raises(ValueError, match=r"batch_size = 2, this run has batch_size = 1"):
+        Planner(4, 4, prompts_per_epoch=4, prompts=fingerprint(prompts),
+                batch_size=1).load(tmp_path / "saved")
+    planner = Planner(4, 4, AllocatorConfig(n_max=8, u_min=0.0, rounding="exact"),
+                      prompts_per_epoch=4, prompts=fingerprint(prompts), batch_size=2)
+    with caplog.at_level("WARNING", logger="sera.integrations.planner"):
+        assert planner.loads_from(tmp_path / "saved") is None
+        assert caplog.text == ""  # the probe stays quiet; the load says it once
+        planner.load(tmp_path / "saved")
+    assert caplog.text.count("changed planning options") == 1
+    assert "n_max = 16 saved, 8 now" in caplog.text and "rounding = 'paper' saved, 'exact' now" \
+        in caplog.text and "u_min = 0.05 saved, 0.0 now" in caplog.text
+    assert planner.planned == 2 and planner.allocator.n_max == 8
+    for bad in (0, 5, 2.0, True):
+        with pytest.raises(ValueError, match="batch_size must be an integer in"):
+            Planner(4, 4, batch_size=bad)
 
 
 def test_bad_arguments_are_named():

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
+import logging
 import os
 from time import perf_counter
 
@@ -32,6 +34,26 @@ from sera.timing import timed
 from sera.trainers.config import AllocatorConfig, as_dict, differences
 
 HISTORY_FILE = "sera_history.json"
+FORMAT = 2
+"""The version of the file `Planner.save` writes: 2 adds the training set's fingerprint and the
+batch size (files without a version, 1, predate both and resume unchecked, with a warning)."""
+PLANNING_OPTIONS = ("n_min", "n_max", "n_max_factor", "rounding", "u_min")
+"""AllocatorConfig's fields that only shape the next plans: they may change on resume (logged);
+the history's own (its rule, discount, weight and prior) may not."""
+
+logger = logging.getLogger(__name__)
+
+
+def fingerprint(prompts) -> str:
+    """A SHA-256 of the training prompts in their order, each as JSON (a string or a chat's
+    messages alike): two training sets share it only when row r holds the same prompt in both,
+    for every r, so a history keyed by rows resumes only on the set it was kept on."""
+    digest = hashlib.sha256()
+    for prompt in prompts:
+        value = prompt.tolist() if isinstance(prompt, np.ndarray) else prompt
+        digest.update(json.dumps(value, sort_keys=True, default=str, ensure_ascii=False).encode())
+        digest.update(b"\n")  # JSON escapes a newline inside a value: rows cannot run together
+    return digest.hexdigest()
 
 
 class Planner:
@@ -53,6 +75,14 @@ class Planner:
     method : str
         `sera` (the paper's SERA, the default) or a variant such as `sera-rate`
         (sera.methods.METHODS).
+    prompts : str or None
+        `fingerprint` of the training prompts in row order, saved with the history; a history
+        saved on other prompts (another set, another order, another filter) is refused on load.
+        None: not checked.
+    batch_size : int or None
+        Prompts per planned batch, saved with the history; resuming with another is refused
+        (the framework's data position would no longer match the epoch's, and prompts would be
+        planned twice in one epoch). None: not checked.
 
     Each planned prompt with rollouts carries a key (its row, or a framework id such as verl's
     uid) until its outcomes are recorded; a prompt the selection leaves out (count 0) has none
@@ -65,7 +95,8 @@ class Planner:
     """
 
     def __init__(self, n_prompts: int, n0: int, allocator: AllocatorConfig | None = None,
-                 prompts_per_epoch: int | None = None, method: str = "sera"):
+                 prompts_per_epoch: int | None = None, method: str = "sera",
+                 prompts: str | None = None, batch_size: int | None = None):
         if method not in methods.METHODS or methods.METHODS[method].allocator != "waterline" \
                 or methods.METHODS[method].estimates != "history" \
                 or methods.METHODS[method].beyond_plugins:
@@ -85,6 +116,12 @@ class Planner:
             raise ValueError(f"prompts_per_epoch must lie in [1, n_prompts = {n_prompts}] (batches "
                              f"per epoch x batch size), got {prompts_per_epoch!r}")
         self.prompts_per_epoch = prompts_per_epoch
+        if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(
+                batch_size, (int, np.integer)) or not 1 <= batch_size <= n_prompts):
+            raise ValueError(f"batch_size must be an integer in [1, n_prompts = {n_prompts}], got "
+                             f"{batch_size!r}")
+        self.batch_size = None if batch_size is None else int(batch_size)
+        self.prompts = prompts
         self.planned = 0  # prompts planned since the last fold
         self.pending: dict = {}  # key -> row, for planned prompts whose outcomes are not recorded
         self.last: Allocation | None = None
@@ -240,39 +277,45 @@ class Planner:
         kept: a checkpoint is written between steps)."""
         history = {k: v.tolist() if isinstance(v, np.ndarray) else v
                    for k, v in self.history.state_dict().items()}
-        return {"history": history, "n_prompts": self.n_prompts, "n0": self.n0,
+        return {"format": FORMAT, "prompts": self.prompts, "history": history,
+                "n_prompts": self.n_prompts, "n0": self.n0, "batch_size": self.batch_size,
                 "planned": self.planned, "prompts_per_epoch": self.prompts_per_epoch,
                 "last_plan": self.last_plan,
                 "allocator": as_dict(self.allocator)}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from `state_dict()`'s output, checked value by value before anything changes:
-        refused (ValueError naming the field) are a history of another training set, another
-        number of rollouts per prompt (n0: TRL's num_generations, verl's rollout.n), another
-        epoch length or another allocator (the saved allocator must be there), a history whose
-        own rule, discount, weight or prior differ from that allocator's, counts that are not
-        finite and non-negative, per-prompt arrays of different lengths, an epoch counter out of
-        range and a last batch that names rows outside the training set."""
+        refused (ValueError naming the field and both values) are a file of a newer format, a
+        history of another training set (another fingerprint of its prompts, or another
+        size), another number of rollouts per prompt (n0: TRL's num_generations, verl's
+        rollout.n), another batch size or epoch length, another history rule, discount, weight
+        or prior (the saved allocator must be there), a history whose own rule, discount,
+        weight or prior differ from that allocator's, counts that are not finite and
+        non-negative, per-prompt arrays of different lengths, an epoch counter out of range and
+        a last batch that names rows outside the training set. Changed PLANNING_OPTIONS are
+        taken with a warning: they shape the next plans, not the history."""
         missing = [k for k in ("history", "n0", "planned", "allocator") if k not in state]
         if missing:
             raise ValueError(f"the saved state lacks {', '.join(missing)}: it was not written by "
                              f"Planner.state_dict (or was cut short)")
+        version = state.get("format", 1)
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= FORMAT:
+            raise ValueError(f"the saved history has format = {version!r}, this sera reads "
+                             f"formats 1 to {FORMAT}: it was written by a newer sera (upgrade) "
+                             f"or edited")
         mine = as_dict(self.allocator)
         theirs = state["allocator"]
         if not isinstance(theirs, dict):
             raise ValueError(f"the saved allocator must be an object of AllocatorConfig's "
                              f"fields, got {theirs!r}")
         differ = differences(theirs, mine)
-        if differ:
+        kept = [k for k in differ if k not in PLANNING_OPTIONS]
+        if kept:
             raise ValueError(
                 "the saved history was kept with another allocator: "
-                + ", ".join(f"{k} = {theirs.get(k)!r} saved, {mine.get(k)!r} now" for k in differ)
+                + ", ".join(f"{k} = {theirs.get(k)!r} saved, {mine.get(k)!r} now" for k in kept)
                 + "; pass the saved AllocatorConfig to resume, or start a new history")
-        for name, now in (("n0", self.n0), ("prompts_per_epoch", self.prompts_per_epoch)):
-            if state.get(name) is not None and now is not None and state[name] != now:
-                raise ValueError(f"the saved history was kept with {name} = {state[name]!r}, "
-                                 f"this run has {name} = {now!r}; resume with the saved setting "
-                                 f"or start a new history")
+        self._check_same_run(state, version)
         history = self.allocator.history(self.n_prompts)
         if not isinstance(state["history"], dict):
             raise ValueError(f"the saved history must be an object, got "
@@ -301,6 +344,33 @@ class Planner:
         self.planned = planned
         self.last_plan = last_plan
         self.pending.clear()
+        changed = [k for k in differ if k in PLANNING_OPTIONS]
+        if changed:
+            logger.warning("resuming the SERA history with changed planning options (%s): the "
+                           "next plans use the new values; the history itself is unchanged",
+                           ", ".join(f"{k} = {theirs.get(k)!r} saved, {mine.get(k)!r} now"
+                                     for k in changed))
+
+    def _check_same_run(self, state: dict, version: int) -> None:
+        """Refuse a state saved with another n0, epoch length, batch size or training set."""
+        for name, now in (("n0", self.n0), ("prompts_per_epoch", self.prompts_per_epoch),
+                          ("batch_size", self.batch_size)):
+            if state.get(name) is not None and now is not None and state[name] != now:
+                raise ValueError(f"the saved history was kept with {name} = {state[name]!r}, "
+                                 f"this run has {name} = {now!r}; resume with the saved setting "
+                                 f"or start a new history")
+        saved = state.get("prompts")
+        if saved is not None and self.prompts is not None and saved != self.prompts:
+            raise ValueError(f"the saved history was kept on training prompts with fingerprint "
+                             f"{saved}, this run's are {self.prompts}: another training set, or "
+                             f"the same prompts in another order or after another filter, so "
+                             f"each row's history would be applied to another prompt; resume "
+                             f"with the training files the run started with, or start a new "
+                             f"history")
+        if version < 2 and self.prompts is not None:
+            logger.warning("the saved SERA history predates format 2 and carries no fingerprint "
+                           "of its training prompts: it is resumed without checking that row r "
+                           "is still the same prompt")
 
     def save(self, folder) -> str:
         """Write the state to folder/sera_history.json (atomically) and return the path."""
@@ -323,11 +393,14 @@ class Planner:
 
     def loads_from(self, folder) -> str | None:
         """None when folder/sera_history.json would resume this planner, else why not (the
-        planner itself is left as it is)."""
+        planner itself is left as it is, and the load's warnings wait for the real load)."""
+        quiet, logger.disabled = logger.disabled, True
         try:
             copy.deepcopy(self).load(folder)
         except (OSError, ValueError) as exc:
             return str(exc)
+        finally:
+            logger.disabled = quiet
         return None
 
     def load_file_state(self, state: dict, path) -> None:
