@@ -85,6 +85,17 @@ class AllocatorConfig:
         """n_max resolved for a budget of n0 rollouts per prompt."""
         return self.n_max if self.n_max is not None else self.n_max_factor * n0
 
+    def infeasible(self, n0: int) -> str | None:
+        """Why no plan can spend a budget of n0 rollouts per prompt within [n_min, n_max] (every
+        plan of a batch of B prompts spends B * n0, the first ones uniformly), or None."""
+        if n0 < self.n_min:
+            return (f"n0 = {n0} is below n_min = {self.n_min}: the uniform plans before every "
+                    f"prompt has an estimate give each prompt n0 rollouts, fewer than n_min")
+        if self.n_max_for(n0) < n0:
+            return (f"n_max = {self.n_max_for(n0)} is below n0 = {n0}: no plan can spend a "
+                    f"budget of n0 rollouts per prompt when no prompt may get more than n_max")
+        return None
+
     def history(self, n_prompts: int) -> SuccessHistory:
         """The estimates' store, under this config's rule (resolve it with `for_method` first;
         unresolved, the paper's counts rule)."""

@@ -391,3 +391,25 @@ def test_a_save_killed_while_writing_is_named_and_saves_are_flushed(tmp_path, mo
     assert flushed[-1] == str(tmp_path / "again")  # the folder, after the rename
     assert flushed[-2].startswith(str(tmp_path / "again" / f".{HISTORY_FILE}."))  # the file
     assert planner.loads_from(tmp_path / "again") is None
+
+
+def test_infeasible_budgets_are_refused_at_construction_exactly_when_a_plan_fails():
+    """AllocatorConfig.infeasible against the allocator itself: over a grid of n0, n_min and
+    n_max, a planner is refused exactly where planning a seen batch would fail."""
+    rng = np.random.default_rng(0)
+    for n0 in range(1, 7):
+        for n_min in range(2, 5):
+            for n_max in (None, *range(n_min, 9)):
+                allocator = AllocatorConfig(n_min=n_min, n_max=n_max, u_min=0.0)
+                why = allocator.infeasible(n0)
+                try:
+                    counts = sera.allocate(rng.uniform(0.05, 0.95, 6), 6 * n0, n_min,
+                                           allocator.n_max_for(n0)).counts
+                    uniform_ok = n0 >= n_min
+                    planned = uniform_ok and counts.sum() == 6 * n0
+                except ValueError:
+                    planned = False
+                assert (why is None) == planned, (n0, n_min, n_max, why)
+                if why is not None:
+                    with pytest.raises(ValueError, match=r"n_max = \d+ is below n0|below n_min"):
+                        Planner(6, n0, allocator)

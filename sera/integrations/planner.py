@@ -112,6 +112,8 @@ class Planner:
         if isinstance(n0, bool) or not isinstance(n0, (int, np.integer)) or n0 < 1:
             raise ValueError(f"n0 must be an integer >= 1 (rollouts per prompt), got {n0!r}")
         self.n0 = int(n0)
+        if self.allocator.infeasible(self.n0):
+            raise ValueError(self.allocator.infeasible(self.n0))
         if prompts_per_epoch is not None and not 1 <= prompts_per_epoch <= n_prompts:
             raise ValueError(f"prompts_per_epoch must lie in [1, n_prompts = {n_prompts}] (batches "
                              f"per epoch x batch size), got {prompts_per_epoch!r}")
