@@ -488,7 +488,7 @@ def test_resume_falls_back_past_a_checkpoint_whose_history_is_cut_short(tmp_path
     assert resumed.sera_planner.state_dict() == whole.sera_planner.state_dict()
     history.write_text(history.read_text()[:200])  # the resumed run wrote it whole again
     (out / "checkpoint-4" / plugin.HISTORY_FILE).write_text("{}")
-    with pytest.raises(ValueError, match=r"no complete checkpoint.*\n.*checkpoint-8: .*not a "
+    with pytest.raises(ValueError, match=r"no checkpoint in .*\n.*checkpoint-8: .*not a "
                                          r"SERA history.*\n.*checkpoint-4: .*lacks"):
         plugin.last_complete_checkpoint(out, resumed.sera_planner)
 
@@ -523,3 +523,43 @@ def test_every_history_option_is_a_sera_field_and_reaches_the_allocator(tmp_path
         "--sera_history_prior", "2", "3", "--sera_history_gamma", "0.8"])
     assert config.sera_allocator() == AllocatorConfig(history_prior=(2.0, 3.0),
                                                       history_gamma=0.8)
+
+
+def test_a_history_resumes_only_on_its_training_prompts_in_their_order(tmp_path):
+    """The same prompts in another order: row r is another prompt, so the saved history would
+    steer each prompt by another one's record. Resuming is refused, naming the file and both
+    fingerprints."""
+    from sera.integrations.planner import fingerprint
+
+    make_trainer(tmp_path / "out", steps=4).train()
+    history = tmp_path / "out" / "checkpoint-4" / plugin.HISTORY_FILE
+    prompts = [f"Question {i}: what is {i} plus {i}?" for i in range(8)]
+    saved, now = fingerprint(prompts), fingerprint(prompts[::-1])
+    reordered = make_trainer(tmp_path / "out", steps=5, order=range(7, -1, -1))
+    with pytest.raises(ValueError, match=rf"{re.escape(str(history))}: .*fingerprint {saved}, "
+                                         rf"this run's are {now}"):
+        reordered.train(resume_from_checkpoint=str(history.parent))
+    assert json.loads(history.read_text())["prompts"] == saved
+
+
+def test_a_changed_batch_size_is_refused_on_resume_and_by_resume_true(tmp_path):
+    """Resumed with per_device_train_batch_size 4 (one prompt per generation batch) from a run
+    with 8 (two prompts): the data loader's position and the history's epoch would no longer
+    agree, and prompts would be planned twice in one history epoch. Refused, naming the saved
+    setting; resume_from_checkpoint=True falls back to no older checkpoint and does not start
+    anew: it says why each checkpoint cannot resume this run."""
+    out = tmp_path / "out"
+    make_trainer(out, steps=4, save_steps=2).train()
+    history = out / "checkpoint-4" / plugin.HISTORY_FILE
+    saved = history.read_text()
+    named = r"2 prompts per generation batch, this run has 1.*per_device_train_batch_size"
+    with pytest.raises(ValueError, match=rf"{re.escape(str(history))}: .*{named}"):
+        make_trainer(out, steps=6, save_steps=2, per_device_train_batch_size=4).train(
+            resume_from_checkpoint=str(history.parent))
+    smaller = make_trainer(out, steps=6, save_steps=2, per_device_train_batch_size=4)
+    with pytest.raises(ValueError, match=rf"no checkpoint in {re.escape(str(out))} resumes this "
+                                         rf"run.*\n.*checkpoint-4: .*{named}.*\n"
+                                         rf".*checkpoint-2: .*{named}"):
+        smaller.train(resume_from_checkpoint=True)
+    assert not smaller.sera_log and history.read_text() == saved
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]

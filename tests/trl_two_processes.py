@@ -35,9 +35,10 @@ def level_reward(seed: int = 0):
 
 
 def make_trainer(out, steps: int, levels=LEVELS[:8], reward=None, allocator=None,
-                 config_class=GRPOConfig, **overrides):
+                 config_class=GRPOConfig, order=None, **overrides):
     """SeraGRPOTrainer on a one-layer decoder over len(levels) prompts, 4 rollouts per prompt
-    (n_min 2, n_max 6); `overrides` go to GRPOConfig."""
+    (n_min 2, n_max 6); `overrides` go to GRPOConfig. `order`: the prompts' order in the
+    training set (a permutation of their indices; default as listed)."""
     prompts = [f"Question {i}: what is {i} plus {i}?" for i in range(len(levels))]
     tokenizer = build_tokenizer(prompts + ["The answer is 0123456789."], vocab_size=300)
     torch.manual_seed(0)
@@ -48,7 +49,9 @@ def make_trainer(out, steps: int, levels=LEVELS[:8], reward=None, allocator=None
                     report_to="none", logging_steps=1, save_steps=4, seed=0, loss_type="dr_grpo",
                     beta=0.0, disable_tqdm=True)
     args = config_class(**{**settings, **overrides})
-    data = Dataset.from_dict({"prompt": prompts, "level": list(levels)})
+    order = range(len(levels)) if order is None else order
+    data = Dataset.from_dict({"prompt": [prompts[i] for i in order],
+                              "level": [levels[i] for i in order]})
     return plugin.SeraGRPOTrainer(model=model, reward_funcs=reward or level_reward(), args=args,
                                   train_dataset=data, processing_class=tokenizer,
                                   allocator=allocator if allocator is not None or

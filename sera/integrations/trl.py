@@ -37,7 +37,10 @@ What changes against GRPOTrainer (TRL 1.16.0, pinned: TRL_VERSION):
   out, as TRL leaves them out of its baselines. The estimates fold at the data loader's epoch
   (generation batches per epoch x prompts per generation batch: TRL's RepeatSampler drops the
   last partial batch); the history is saved in each checkpoint (`sera_history.json`) and
-  restored on every process on `resume_from_checkpoint`.
+  restored on every process on `resume_from_checkpoint`. It carries a fingerprint of the
+  training set's prompts in row order and the prompts per generation batch: a resume on other
+  prompts (another set, order or filter) or with another batch is refused, naming the file and
+  both values.
 - Rewards must be success indicators in [0, 1] (their weighted sum over reward functions).
 - Resume at any step. A checkpoint can fall between the optimizer steps that one generation
   batch serves (`save_steps x gradient_accumulation_steps` not a multiple of
@@ -83,6 +86,7 @@ from trl.trainer.utils import RepeatSampler
 from sera.integrations.planner import (
     HISTORY_FILE,
     Planner,
+    fingerprint,
     grouped_weighted_maxrl,
     plan_metrics,
     read_state,
@@ -183,7 +187,8 @@ def last_complete_checkpoint(output_dir, planner: Planner | None = None) -> str:
     """The newest output_dir/checkpoint-N whose save finished (trainer_state.json is there) and
     whose sera_history.json resumes `planner` (without one: is there and reads as JSON). Newer
     checkpoints passed over (a save killed half-way, a history cut short by a copy or a full
-    disk) are logged with the reason; ValueError when none is usable."""
+    disk or kept with other settings) are logged with the reason; ValueError naming each
+    checkpoint and why when none is usable."""
     found = []
     if os.path.isdir(output_dir):
         for name in os.listdir(output_dir):
@@ -199,22 +204,42 @@ def last_complete_checkpoint(output_dir, planner: Planner | None = None) -> str:
                                reason)
             return folder
         skipped.append((folder, why))
-    reasons = "".join(f"\n  {folder}: {why}" for folder, why in skipped)
-    raise ValueError(f"no complete checkpoint (trainer_state.json and a {HISTORY_FILE} that "
-                     f"resumes this run) in {output_dir} to resume from{reasons}")
+    reasons = "".join(f"\n  {folder}: {why}" for folder, why in skipped) or " (there is none)"
+    raise ValueError(f"no checkpoint in {output_dir} resumes this run (each needs "
+                     f"{TRAINER_STATE} and a {HISTORY_FILE} kept on this run's prompts and "
+                     f"settings){reasons}")
 
 
 def _unusable(folder, planner: Planner | None) -> str | None:
     """Why the checkpoint folder cannot be resumed from, or None."""
     if not os.path.isfile(os.path.join(folder, TRAINER_STATE)):
         return f"no {TRAINER_STATE} (its save did not finish)"
-    if planner is not None:
-        return planner.loads_from(folder)
+    path = os.path.join(folder, HISTORY_FILE)
     try:
-        read_state(os.path.join(folder, HISTORY_FILE))
+        state = read_state(path)
     except (OSError, ValueError) as exc:
-        return str(exc)
+        if planner is None:
+            return str(exc)
+        state = {}  # planner.loads_from says why, in its words
+    if planner is not None:
+        return other_batches(state, planner, path) or planner.loads_from(folder)
     return None
+
+
+def other_batches(state: dict, planner: Planner, path) -> str | None:
+    """Why a saved planner state cannot resume a run with another number of prompts per
+    generation batch, in TRL's settings (the planner refuses it too, as batch_size), or None.
+    Another num_generations changes the batch too: the planner names that first (as n0)."""
+    saved, now = state.get("batch_size"), planner.batch_size
+    if saved is None or now is None or saved == now or state.get("n0") != planner.n0:
+        return None
+    return (f"{path}: the history was kept with {saved} prompts per generation batch, this run "
+            f"has {now} (generation_batch_size / num_generations, with generation_batch_size = "
+            f"per_device_train_batch_size x processes x steps_per_generation): the data loader's "
+            f"position would no longer match the history's epoch, and prompts would be planned "
+            f"twice in one epoch; resume with the saved per_device_train_batch_size, "
+            f"steps_per_generation (or generation_batch_size) and number of processes, or start "
+            f"a new run in another output_dir")
 
 
 def refuse_incomplete(checkpoint) -> None:
@@ -330,23 +355,30 @@ class SeraGRPOTrainer(GRPOTrainer):
                                                                              "column_names"):
             raise ValueError("SeraGRPOTrainer needs train_dataset, a map-style datasets.Dataset "
                              "(the history is keyed by its rows; iterable datasets have none)")
-        if ROW not in dataset.column_names:
+        if "prompt" not in dataset.column_names:
+            raise ValueError(f"train_dataset needs TRL's 'prompt' column (strings or chat "
+                             f"messages); got columns {dataset.column_names}")
+        prompts = list(dataset["prompt"])  # in row order: the history is keyed by rows
+        if ROW in dataset.column_names:
+            prompts = [prompts[i] for i in np.argsort(dataset[ROW], kind="stable")]
+        else:
             bound["train_dataset"] = dataset.add_column(ROW, list(range(len(dataset))))
         super().__init__(**bound)
         if bound.get("args") is None:
             refuse_unsupported(self.args)  # GRPOTrainer's default configuration
-        prompts = self.args.generation_batch_size // self.num_generations
+        per_batch = self.args.generation_batch_size // self.num_generations
         n = len(self.train_dataset)
-        if prompts > n:
+        if per_batch > n:
             raise ValueError(f"a generation batch holds generation_batch_size / num_generations = "
-                             f"{prompts} prompts, more than the {n} of train_dataset; lower "
+                             f"{per_batch} prompts, more than the {n} of train_dataset; lower "
                              f"per_device_train_batch_size or steps_per_generation")
         if self.num_generations < self.sera_allocator.n_min:
             raise ValueError(f"num_generations = {self.num_generations} is SERA's n0, the mean "
                              f"count per prompt, and must be at least the allocator's n_min = "
                              f"{self.sera_allocator.n_min}")
         self.sera_planner = Planner(n, self.num_generations, self.sera_allocator,
-                                    prompts_per_epoch=(n // prompts) * prompts)
+                                    prompts_per_epoch=(n // per_batch) * per_batch,
+                                    prompts=fingerprint(prompts), batch_size=per_batch)
         self.sera_log: collections.deque[dict] = collections.deque(maxlen=LOG_KEEP)
         self._sera_rewards = None
         self._sera_replay = False  # resumed inside a generation batch the history has recorded
@@ -497,4 +529,7 @@ class SeraGRPOTrainer(GRPOTrainer):
                                     f"SeraGRPOTrainer, so the success history cannot resume")
         if "unreadable" in state[0]:
             raise ValueError(state[0]["unreadable"])
+        why = other_batches(state[0], self.sera_planner, path)
+        if why is not None:
+            raise ValueError(why)
         self.sera_planner.load_file_state(state[0], path)
