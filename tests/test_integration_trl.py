@@ -563,3 +563,27 @@ def test_a_changed_batch_size_is_refused_on_resume_and_by_resume_true(tmp_path):
         smaller.train(resume_from_checkpoint=True)
     assert not smaller.sera_log and history.read_text() == saved
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--sera_n_max", "3"], r"sera_n_max = 3 is below num_generations = 4"),
+    (["--sera_n_min", "6", "--sera_n_max", "8"], r"num_generations = 4 is below sera_n_min = 6"),
+])
+def test_bounds_that_cannot_spend_num_generations_stop_trls_parser(tmp_path, flags, named):
+    """Every plan spends num_generations (n0) rollouts per prompt on average, the first ones
+    exactly: sera_n_max below it or sera_n_min above it admit no plan. The parser refuses
+    them with the fields' TRL names, before any model loads; the trainer refuses an
+    AllocatorConfig beside a plain GRPOConfig the same way."""
+    from trl import TrlParser
+
+    from sera.trainers.config import AllocatorConfig
+
+    parser = TrlParser([plugin.SeraGRPOConfig])
+    common = ["--output_dir", str(tmp_path), "--use_cpu", "--report_to", "none",
+              "--per_device_train_batch_size", "8", "--num_generations", "4"]
+    with pytest.raises(ValueError, match=named):
+        parser.parse_args_into_dataclasses([*common, *flags])
+    (config,) = parser.parse_args_into_dataclasses([*common, "--sera_n_max", "4"])
+    assert config.sera_allocator().n_max == 4  # n_max = num_generations: uniform plans only
+    with pytest.raises(ValueError, match=r"num_generations = 4 is SERA's n0.*n_max = 3 is below"):
+        make_trainer(tmp_path, steps=1, allocator=AllocatorConfig(n_min=2, n_max=3))

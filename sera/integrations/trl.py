@@ -301,8 +301,15 @@ class SeraGRPOConfig(GRPOConfig):
     def __post_init__(self):
         # Before GRPOConfig's own checks and long before a model loads: a bad sera_* value
         # (`--sera_history_rule x`, `--sera_history_gamma 7`) stops the parser, named.
-        self.sera_allocator()
+        allocator = self.sera_allocator()
         super().__post_init__()
+        # After them num_generations (SERA's n0) is final: bounds that cannot spend it stop here.
+        why = allocator.infeasible(self.num_generations)
+        if why is not None:
+            names = {"n0": "num_generations", "n_min": "sera_n_min", "n_max": "sera_n_max"}
+            why = re.sub(r"\b(n0|n_min|n_max)\b", lambda m: names[m[1]], why)
+            raise ValueError(f"{why}; set sera_n_min <= num_generations <= sera_n_max (unset "
+                             f"sera_n_max is sera_n_max_factor x num_generations)")
 
     def sera_allocator(self) -> AllocatorConfig:
         """The AllocatorConfig these arguments hold; a bad value raises ValueError naming its
@@ -372,10 +379,10 @@ class SeraGRPOTrainer(GRPOTrainer):
             raise ValueError(f"a generation batch holds generation_batch_size / num_generations = "
                              f"{per_batch} prompts, more than the {n} of train_dataset; lower "
                              f"per_device_train_batch_size or steps_per_generation")
-        if self.num_generations < self.sera_allocator.n_min:
+        why = self.sera_allocator.infeasible(self.num_generations)
+        if why is not None:
             raise ValueError(f"num_generations = {self.num_generations} is SERA's n0, the mean "
-                             f"count per prompt, and must be at least the allocator's n_min = "
-                             f"{self.sera_allocator.n_min}")
+                             f"count per prompt, which the allocator's bounds cannot spend: {why}")
         self.sera_planner = Planner(n, self.num_generations, self.sera_allocator,
                                     prompts_per_epoch=(n // per_batch) * per_batch,
                                     prompts=fingerprint(prompts), batch_size=per_batch)
