@@ -587,3 +587,36 @@ def test_bounds_that_cannot_spend_num_generations_stop_trls_parser(tmp_path, fla
     assert config.sera_allocator().n_max == 4  # n_max = num_generations: uniform plans only
     with pytest.raises(ValueError, match=r"num_generations = 4 is SERA's n0.*n_max = 3 is below"):
         make_trainer(tmp_path, steps=1, allocator=AllocatorConfig(n_min=2, n_max=3))
+
+
+def test_a_cut_short_file_in_the_newest_checkpoint_is_passed_over(tmp_path, caplog):
+    """optimizer.pt or model.safetensors cut to half its bytes (a copy, a full disk) in the newest
+    checkpoint, whose trainer_state.json is there: resume falls back to the older checkpoint and
+    says which file it found cut short; with no older one it refuses naming the file."""
+    out = tmp_path / "out"
+    make_trainer(out, steps=8).train()
+    newest, older = out / "checkpoint-8", out / "checkpoint-4"
+    planner = make_trainer(tmp_path / "other", steps=8).sera_planner
+    for name in ("optimizer.pt", "model.safetensors"):
+        path = newest / name
+        whole = path.read_bytes()
+        path.write_bytes(whole[:len(whole) // 2])
+        caplog.clear()
+        with caplog.at_level("WARNING", logger=plugin.__name__):
+            assert plugin.last_complete_checkpoint(out) == str(older)
+            assert plugin.last_complete_checkpoint(out, planner) == str(older)
+        assert f"resuming from {older}, not from the newer {newest}: {path} is cut short" \
+            in caplog.text
+        with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is cut short.*resume "
+                                             rf"from {re.escape(str(older))}"):
+            make_trainer(out, steps=8).train(resume_from_checkpoint=str(newest))
+        path.write_bytes(whole)
+    assert plugin.last_complete_checkpoint(out) == str(newest)
+    optimizer = newest / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:100])
+    import shutil
+
+    shutil.rmtree(older)
+    with pytest.raises(ValueError, match=rf"no checkpoint in .*\n.*checkpoint-8: "
+                                         rf"{re.escape(str(optimizer))} is cut short"):
+        plugin.last_complete_checkpoint(out)

@@ -40,7 +40,8 @@ What changes against GRPOTrainer (TRL 1.16.0, pinned: TRL_VERSION):
   restored on every process on `resume_from_checkpoint`. It carries a fingerprint of the
   training set's prompts in row order and the prompts per generation batch: a resume on other
   prompts (another set, order or filter) or with another batch is refused, naming the file and
-  both values.
+  both values, and `resume_from_checkpoint=True` passes over a checkpoint whose save did not
+  finish or holds a file cut short (`cut_short`), saying which and why.
 - Rewards must be success indicators in [0, 1] (their weighted sum over reward functions).
 - Resume at any step. A checkpoint can fall between the optimizer steps that one generation
   batch serves (`save_steps x gradient_accumulation_steps` not a multiple of
@@ -75,11 +76,13 @@ import json
 import logging
 import os
 import re
+import zipfile
 
 import numpy as np
 import torch
 import trl
 from accelerate.utils import broadcast_object_list, gather_object
+from safetensors import SafetensorError, safe_open
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
@@ -184,11 +187,12 @@ TRAINER_STATE = "trainer_state.json"
 
 
 def last_complete_checkpoint(output_dir, planner: Planner | None = None) -> str:
-    """The newest output_dir/checkpoint-N whose save finished (trainer_state.json is there) and
-    whose sera_history.json resumes `planner` (without one: is there and reads as JSON). Newer
-    checkpoints passed over (a save killed half-way, a history cut short by a copy or a full
-    disk or kept with other settings) are logged with the reason; ValueError naming each
-    checkpoint and why when none is usable."""
+    """The newest output_dir/checkpoint-N whose save finished (trainer_state.json is there), whose
+    weight, optimizer and state files are whole (`cut_short`) and whose sera_history.json resumes
+    `planner` (without one: is there and reads as JSON). Newer checkpoints passed over (a save
+    killed half-way, a file cut short by a copy or a full disk, a history kept with other
+    settings) are logged with the reason; ValueError naming each checkpoint and why when none
+    is usable."""
     found = []
     if os.path.isdir(output_dir):
         for name in os.listdir(output_dir):
@@ -206,14 +210,17 @@ def last_complete_checkpoint(output_dir, planner: Planner | None = None) -> str:
         skipped.append((folder, why))
     reasons = "".join(f"\n  {folder}: {why}" for folder, why in skipped) or " (there is none)"
     raise ValueError(f"no checkpoint in {output_dir} resumes this run (each needs "
-                     f"{TRAINER_STATE} and a {HISTORY_FILE} kept on this run's prompts and "
-                     f"settings){reasons}")
+                     f"{TRAINER_STATE}, whole weight and optimizer files and a {HISTORY_FILE} "
+                     f"kept on this run's prompts and settings){reasons}")
 
 
 def _unusable(folder, planner: Planner | None) -> str | None:
     """Why the checkpoint folder cannot be resumed from, or None."""
     if not os.path.isfile(os.path.join(folder, TRAINER_STATE)):
         return f"no {TRAINER_STATE} (its save did not finish)"
+    why = cut_short(folder)
+    if why is not None:
+        return why
     path = os.path.join(folder, HISTORY_FILE)
     try:
         state = read_state(path)
@@ -223,6 +230,30 @@ def _unusable(folder, planner: Planner | None) -> str | None:
         state = {}  # planner.loads_from says why, in its words
     if planner is not None:
         return other_batches(state, planner, path) or planner.loads_from(folder)
+    return None
+
+
+def cut_short(folder) -> str | None:
+    """Why a weight, optimizer or state file of the checkpoint folder is not whole (a copy or a
+    full disk cut it after trainer_state.json was written), naming the file; None when all are.
+    Reads only what indexes the tensors, never the tensors: a .safetensors file's header, whose
+    offsets safetensors checks against the file's size, and the zip directory that torch.save
+    writes at the end of a .pt, .pth or .bin file."""
+    for root, folders, names in os.walk(folder):
+        folders.sort()
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            try:
+                if name.endswith(".safetensors"):
+                    with safe_open(path, framework="pt"):
+                        pass
+                elif name.endswith((".pt", ".pth", ".bin")):
+                    with open(path, "rb") as f:
+                        legacy = f.read(1) == b"\x80"  # torch's pre-1.6 format: a bare pickle
+                    if not legacy:
+                        zipfile.ZipFile(path).close()
+            except (SafetensorError, zipfile.BadZipFile, OSError) as exc:
+                return f"{path} is cut short or damaged ({exc})"
     return None
 
 
@@ -243,14 +274,20 @@ def other_batches(state: dict, planner: Planner, path) -> str | None:
 
 
 def refuse_incomplete(checkpoint) -> None:
-    """Refuse a checkpoint whose save did not finish (no trainer_state.json), naming the newest
-    complete one beside it."""
-    if os.path.isdir(checkpoint) and not os.path.isfile(os.path.join(checkpoint, TRAINER_STATE)):
+    """Refuse a checkpoint whose save did not finish (no trainer_state.json) or that holds a file
+    cut short, naming the newest usable one beside it."""
+    if not os.path.isdir(checkpoint):
+        return
+    if not os.path.isfile(os.path.join(checkpoint, TRAINER_STATE)):
+        why = f"{checkpoint} has no {TRAINER_STATE}: its save was interrupted"
+    else:
+        why = cut_short(checkpoint)
+    if why is not None:
         try:
             other = f"; resume from {last_complete_checkpoint(os.path.dirname(checkpoint))}"
         except ValueError:
             other = ""
-        raise ValueError(f"{checkpoint} has no {TRAINER_STATE}: its save was interrupted{other}")
+        raise ValueError(f"{why}{other}")
 
 
 def zero_std_share(rewards: np.ndarray, counts: np.ndarray) -> float:
