@@ -620,3 +620,30 @@ def test_a_cut_short_file_in_the_newest_checkpoint_is_passed_over(tmp_path, capl
     with pytest.raises(ValueError, match=rf"no checkpoint in .*\n.*checkpoint-8: "
                                          rf"{re.escape(str(optimizer))} is cut short"):
         plugin.last_complete_checkpoint(out)
+
+
+def _example() -> dict:
+    """examples/trl/gsm8k.py's names (main, __doc__), to call its main() in this process."""
+    import runpy
+
+    return runpy.run_path(str(ROOT / "examples" / "trl" / "gsm8k.py"), run_name="trl_example")
+
+
+def test_the_trl_example_starts_over_beside_old_checkpoints_only_when_told(tmp_path, capsys):
+    """The output folder holds a checkpoint it cannot resume (its save was killed): the example
+    says why and stops, instead of training from step 0 beside (and over) the old run;
+    --start_over trains from step 0 anyway."""
+    data, model = _gsm8k_and_tiny_model(tmp_path)
+    out = tmp_path / "run"
+    (out / "checkpoint-2").mkdir(parents=True)
+    argv = ["--model_name_or_path", str(model), "--train_file", str(data), "--output_dir",
+            str(out), *CPU_FLAGS, "--max_steps", "1", "--report_to", "none"]
+    main = _example()["main"]
+    assert main(argv) != 0
+    said = capsys.readouterr().err
+    assert f"{out / 'checkpoint-2'}: no trainer_state.json" in said and "--start_over" in said
+    assert not (out / "checkpoint-1").exists()
+    assert main([*argv, "--start_over"]) == 0
+    assert json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())[
+        "global_step"] == 1
+    assert "--start_over" in _example()["__doc__"]

@@ -8,8 +8,17 @@ One optimizer step is one generation batch of 256 questions x 128 rollouts (8 pr
 completions x 64 accumulation steps), planned by SERA (sera.integrations.trl.SeraGRPOTrainer,
 the paper's sera: counts rule, selection at its own u_min); token-mean loss (TRL's "dapo"), no
 KL term, learning rate 1e-5, 2,000 steps, completions of up to 2,048 tokens sampled by vLLM inside
-the training processes, a checkpoint with SERA's history every 100 steps. A run started again
-resumes from its last complete checkpoint.
+the training processes, a checkpoint with SERA's history every 100 steps.
+
+Started again with the same --output_dir (after a crash, or to train on with a higher
+--max_steps), it resumes from the newest checkpoint there that resumes this run
+(sera.integrations.trl.last_complete_checkpoint: its save finished, its files are whole, its
+history was kept on the same prompts and batch settings); a relaunch of a finished run trains
+nothing and saves the final model again. When output_dir holds checkpoint-* folders of which none
+resumes this run, it prints why for each and stops rather than train from step 0 beside them:
+fix what it names, choose another --output_dir, or pass --start_over to train from step 0 there
+anyway (the old checkpoints stay, and a later relaunch takes the newest checkpoint of either run,
+so delete them first unless you mean to).
 
 Every GRPOConfig field and every sera_* field (SeraGRPOConfig) is a flag here, and
 `--config run.yaml` reads them from a file (TRL's TrlParser): later flags override these
@@ -26,7 +35,12 @@ import sys
 from trl import TrlParser
 
 from sera.integrations.gsm8k import trl_dataset, trl_reward
-from sera.integrations.trl import SeraGRPOConfig, SeraGRPOTrainer, last_complete_checkpoint
+from sera.integrations.trl import (
+    SeraGRPOConfig,
+    SeraGRPOTrainer,
+    checkpoint_folders,
+    last_complete_checkpoint,
+)
 
 PAPER = dict(
     num_generations=128,  # n0: SERA's mean rollouts per question
@@ -46,16 +60,42 @@ class Paths:
         metadata={"help": "GSM8K's training split as jsonl, json or parquet."})
 
 
+@dataclasses.dataclass
+class Restart:
+    """What to do with earlier checkpoints in output_dir."""
+
+    start_over: bool = dataclasses.field(
+        default=False,
+        metadata={"help": "Train from step 0 although output_dir holds checkpoint-* folders. "
+                          "Without it, a run whose output_dir holds checkpoints of which none "
+                          "resumes it says why for each and stops. The old checkpoints stay: "
+                          "delete them or use another output_dir, or a later relaunch may "
+                          "resume the old run's newest."})
+
+
 def main(argv=None) -> int:
-    parser = TrlParser((Paths, SeraGRPOConfig))
+    parser = TrlParser((Paths, Restart, SeraGRPOConfig))
     parser.set_defaults(**PAPER)
-    paths, args = parser.parse_args_and_config(argv)
+    paths, restart, args = parser.parse_args_and_config(argv)
     trainer = SeraGRPOTrainer(model=paths.model_name_or_path, reward_funcs=trl_reward,
                               train_dataset=trl_dataset(paths.train_file), args=args)
-    try:
-        resume = last_complete_checkpoint(args.output_dir)
-    except ValueError:  # nothing complete to resume from: a new run
-        resume = None
+    say = print if trainer.accelerator.is_main_process else lambda *a, **k: None
+    old = checkpoint_folders(args.output_dir)
+    resume = None
+    if not old:
+        say(f"no checkpoint in {args.output_dir}: a new run from step 0")
+    elif restart.start_over:
+        say(f"--start_over: a new run from step 0 beside the {len(old)} checkpoint folders in "
+            f"{args.output_dir} (newest {old[0]})", file=sys.stderr)
+    else:
+        try:
+            resume = last_complete_checkpoint(args.output_dir, trainer.sera_planner)
+        except ValueError as exc:
+            say(f"{exc}\nnot training from step 0 beside these checkpoints: fix what is named "
+                f"above, choose another --output_dir, or pass --start_over to train from step 0 "
+                f"in {args.output_dir} anyway", file=sys.stderr)
+            return 1
+        say(f"resuming from {resume}")
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model()
     return 0

@@ -186,6 +186,17 @@ TRAINER_STATE = "trainer_state.json"
 """transformers writes it last in a checkpoint, after the weights and the optimizer."""
 
 
+def checkpoint_folders(output_dir) -> list[str]:
+    """The output_dir/checkpoint-N folders, newest (highest N) first."""
+    found = []
+    if os.path.isdir(output_dir):
+        for name in os.listdir(output_dir):
+            match = re.fullmatch(r"checkpoint-(\d+)", name)
+            if match and os.path.isdir(os.path.join(output_dir, name)):
+                found.append((int(match.group(1)), os.path.join(output_dir, name)))
+    return [folder for _, folder in sorted(found, reverse=True)]
+
+
 def last_complete_checkpoint(output_dir, planner: Planner | None = None) -> str:
     """The newest output_dir/checkpoint-N whose save finished (trainer_state.json is there), whose
     weight, optimizer and state files are whole (`cut_short`) and whose sera_history.json resumes
@@ -193,14 +204,8 @@ def last_complete_checkpoint(output_dir, planner: Planner | None = None) -> str:
     killed half-way, a file cut short by a copy or a full disk, a history kept with other
     settings) are logged with the reason; ValueError naming each checkpoint and why when none
     is usable."""
-    found = []
-    if os.path.isdir(output_dir):
-        for name in os.listdir(output_dir):
-            match = re.fullmatch(r"checkpoint-(\d+)", name)
-            if match:
-                found.append((int(match.group(1)), os.path.join(output_dir, name)))
     skipped = []
-    for _, folder in sorted(found, reverse=True):
+    for folder in checkpoint_folders(output_dir):
         why = _unusable(folder, planner)
         if why is None:
             for other, reason in skipped:
