@@ -647,3 +647,20 @@ def test_the_trl_example_starts_over_beside_old_checkpoints_only_when_told(tmp_p
     assert json.loads((out / "checkpoint-1" / "trainer_state.json").read_text())[
         "global_step"] == 1
     assert "--start_over" in _example()["__doc__"]
+
+
+def test_relaunching_a_finished_run_trains_and_records_nothing(tmp_path, caplog):
+    """A run relaunched once it reached max_steps (a job re-queued): transformers resumes inside
+    an epoch and takes one step past max_steps (6 steps, 4 per epoch), which would generate,
+    plan and record one more batch and write checkpoint-7. Here it takes none."""
+    out = tmp_path / "out"
+    make_trainer(out, steps=6, save_steps=2).train()
+    history = out / "checkpoint-6" / plugin.HISTORY_FILE
+    saved = history.read_text()
+    again = make_trainer(out, steps=6, save_steps=2)
+    with caplog.at_level("WARNING", logger=plugin.__name__):
+        again.train(resume_from_checkpoint=True)
+    assert "checkpoint-6 is at step 6, max_steps = 6: nothing is left to train" in caplog.text
+    assert again.state.global_step == 6 and not again.sera_log
+    assert again.sera_planner.state_dict() == json.loads(saved)
+    assert history.read_text() == saved and not (out / "checkpoint-7").exists()

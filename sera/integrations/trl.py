@@ -53,7 +53,8 @@ What changes against GRPOTrainer (TRL 1.16.0, pinned: TRL_VERSION):
   boundaries), and its RepeatSampler draws each epoch's order from one running generator that a
   resume restarts (a resumed second epoch would see the first epoch's order again; the sampler
   here redraws the order of the epoch it is told, the same orders TRL draws without a resume).
-  So the resumed run plans and records exactly what the uninterrupted run did.
+  So the resumed run plans and records exactly what the uninterrupted run did. A finished run
+  relaunched (its checkpoint at max_steps) trains nothing: transformers would take one more step.
 
 Settings under which SERA's weighting or history would be wrong are refused by name
 (`refuse_unsupported`): a KL term (`beta` != 0) or an entropy bonus (`entropy_coef`,
@@ -534,6 +535,16 @@ class SeraGRPOTrainer(GRPOTrainer):
             refuse_incomplete(resume_from_checkpoint)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
+    def _run_epoch(self, *args, **kwargs):
+        # A run resumed at max_steps (a finished job relaunched) resumes inside its last epoch
+        # unless max_steps is a whole number of epochs, and transformers checks max_steps only
+        # after a step: it would take one more, generating, planning and recording one more
+        # batch and saving a checkpoint past max_steps.
+        if self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
     def _save_checkpoint(self, model, trial):
         state = json.dumps(self.sera_planner.state_dict(), sort_keys=True)
         digests = gather_object([hashlib.sha256(state.encode()).hexdigest()])
@@ -556,6 +567,10 @@ class SeraGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        if self.state.global_step >= self.state.max_steps:
+            logger.warning("%s is at step %d, max_steps = %d: nothing is left to train (raise "
+                           "max_steps to train on)", checkpoint, self.state.global_step,
+                           self.state.max_steps)
         # Here self.state is the checkpoint's. TRL counts micro-steps in _step (which it does not
         # checkpoint) and generates whenever _step is a multiple of generate_every: restoring it
         # keeps the resumed run on the data loader's generation boundaries. A checkpoint inside
