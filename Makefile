@@ -209,6 +209,7 @@ $(SCALE_STAMP): pyproject.toml
 test-integrations: $(SCALE_STAMP)
 	SERA_REQUIRE_INTEGRATIONS=1 $(SCALE)/bin/python -m pytest tests/test_integration_verl.py \
 		tests/test_integration_trl.py tests/test_extras.py tests/test_verl_examples.py \
+		tests/test_verl_launch.py \
 		-p no:cacheprovider -W ignore::DeprecationWarning \
 		-W ignore::FutureWarning -W ignore::UserWarning
 

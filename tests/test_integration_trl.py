@@ -175,7 +175,7 @@ def test_the_readme_trl_snippet_trains_on_the_cpu(tmp_path, monkeypatch):
     process's generation batch holds 4 prompts for SERA to reallocate."""
     from test_readme import needs_a_framework, python_snippets
 
-    snippet = next(s for s in python_snippets() if needs_a_framework(s))
+    snippet = next(s for s in python_snippets() if needs_a_framework(s) and "SeraGRPOTrainer" in s)
     data, folder = _gsm8k_and_tiny_model(tmp_path)
     edits = {'"/models/SmolLM2-360M-Instruct"': repr(str(folder)),
              '"/data/gsm8k/train.jsonl"': repr(str(data)),

@@ -162,13 +162,18 @@ def _unpacked_by_the_agent_loop(batch, workers: int = 3) -> list[dict]:
     return seen
 
 
-def _trainer(tmp_path, n_prompts: int = 8, batch_size: int = 4, indices=None, **sera):
+def _trainer(tmp_path, n_prompts: int = 8, batch_size: int = 4, indices=None, prompts=None,
+             **sera):
     """A SeraTrainerSync as far as its hooks touch verl: the configuration, and a data loader
-    over a training set whose extra_info.index column is `indices` (default 100 + row)."""
+    over a training set whose extra_info.index column is `indices` (default 100 + row) and whose
+    prompts are `prompts` (default "Question <row>", as chat messages)."""
     indices = [100 + r for r in range(n_prompts)] if indices is None else indices
-    frame = Dataset.from_dict({"extra_info": [{"split": "train", "index": i} for i in indices]})
+    prompts = [f"Question {r}" for r in range(n_prompts)] if prompts is None else prompts
+    messages = [[{"role": "user", "content": p}] for p in prompts]
+    frame = Dataset.from_dict({"extra_info": [{"split": "train", "index": i} for i in indices],
+                               "prompt": messages[:len(indices)]})
     if not indices:
-        frame = Dataset.from_dict({"prompt": ["a question"] * n_prompts})
+        frame = Dataset.from_dict({"prompt": messages})
     loader = type("Loader", (), {"dataset": type("RLHFDataset", (), {"dataframe": frame})(),
                                  "batch_size": batch_size,
                                  "__len__": lambda self: n_prompts // batch_size})()
@@ -357,9 +362,26 @@ def test_trainer_mode_plans_submits_records_and_checkpoints_on_fake_batches(tmp_
     resumed._load_checkpoint()
     np.testing.assert_array_equal(resumed.sera.history.successes, trainer.sera.history.successes)
     assert resumed.sera.history.epoch == 2 and resumed.sera.planned == 0
-    with pytest.raises(ValueError, match="n_min = 2 saved, 3 now"):
-        again = _trainer(tmp_path, n_prompts=9, batch_size=4, n_min=3)
+    with pytest.raises(ValueError, match="history_gamma = 0.5 saved, 0.7 now"):
+        again = _trainer(tmp_path, n_prompts=9, batch_size=4, history_gamma=0.7)
         again._load_checkpoint()
+    # a planning option may change on resume (lowering n_max after running out of memory)
+    again = _trainer(tmp_path, n_prompts=9, batch_size=4, n_min=3, n_max=8)
+    again._load_checkpoint()
+    assert again.sera.allocator.n_max == 8 and again.sera.history.epoch == 2
+    # another training set of the same size, or the same in another order, is refused by name
+    for prompts in ([f"Question {r}" for r in reversed(range(9))],
+                    [f"Question {r}" for r in range(8)] + ["Question 17"]):
+        other = _trainer(tmp_path, n_prompts=9, batch_size=4, prompts=prompts)
+        with pytest.raises(ValueError, match=r"global_step_1.*sera_history.json: the saved "
+                                             r"history was kept on training prompts with "
+                                             r"fingerprint [0-9a-f]{64}, this run's are"):
+            other._load_checkpoint()
+    # another batch size: verl's resumed loader would plan prompts twice in one epoch
+    other = _trainer(tmp_path, n_prompts=9, batch_size=2)
+    with pytest.raises(ValueError, match=r"batch_size = 4, this run has batch_size = 2|"
+                                         r"prompts_per_epoch = 8, this run has"):
+        other._load_checkpoint()
 
 
 def test_a_prompt_the_selection_leaves_out_goes_to_verl_with_count_0(tmp_path, monkeypatch):
@@ -484,7 +506,8 @@ def test_the_readme_verl_command_passes_verls_configuration_check(readme_config)
     ("actor_rollout_ref.actor.use_kl_loss=true", r"use_kl_loss=True adds verl's KL loss"),
     ("actor_rollout_ref.actor.entropy_coeff=0.001", r"entropy_coeff=0.001 adds verl's entropy"),
     ("skip.rollout_tq.enable=true", r"skip.rollout_tq.enable=True replays cached rollouts"),
-    ("algorithm.adv_estimator=grpo", r"adv_estimator=grpo with trainer.v1.trainer_mode=sera_sync"),
+    ("algorithm.adv_estimator=grpo",
+     r"adv_estimator=grpo with a SERA run \(trainer.v1.trainer_mode=sera_sync\)"),
     ("algorithm.adv_estimator=rloo", r"adv_estimator=rloo with .* n0 / N_q"),
     ("algorithm.adv_estimator=gae", r"adv_estimator=gae with"),
     ("algorithm.rollout_correction.rollout_rs=seq_mean_k1", r"rollout_rs=seq_mean_k1 rejects"),

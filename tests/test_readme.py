@@ -37,8 +37,10 @@ SNIPPETS = [s for s in python_snippets() if not needs_a_framework(s)]
 def test_the_readme_has_snippets_and_each_framework_one_is_run_elsewhere():
     framework = [s for s in python_snippets() if needs_a_framework(s)]
     assert SNIPPETS
-    # The one TRL snippet is run by tests/test_integration_trl.py::test_the_readme_trl_snippet_*.
-    assert len(framework) == 1 and "SeraGRPOTrainer" in framework[0]
+    # The TRL snippet is run by tests/test_integration_trl.py::test_the_readme_trl_snippet_*, the
+    # verl setup hook by tests/test_verl_launch.py::test_the_documented_setup_hook_*.
+    assert len(framework) == 2 and "SeraGRPOTrainer" in framework[0]
+    assert "from sera.integrations.verl import chained" in framework[1]
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda s: s.splitlines()[0][:40])

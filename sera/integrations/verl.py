@@ -22,7 +22,8 @@ Importing this module registers two things with verl:
   train_batch_size x rollout.n, so verl's dispatch, mini-batches and padding are unchanged.
 
 Both must be registered in the Ray workers that use them:
-`+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=sera.integrations.verl.setup`. The
+`+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=sera.integrations.verl.setup`, or a
+hook of your own that runs it first (`chained`). The
 entry point `python -m sera.integrations.verl_main [overrides]` (sera.integrations.verl_main) is
 verl's main_ppo with the config group sera.integrations.verl_recipe built in: that, the mode, the
 estimator and the allocator's options (`sera.*`), with nothing to add on the command line. On
@@ -68,6 +69,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import importlib
 import logging
 import os
 import sys
@@ -81,7 +83,7 @@ from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 
-from sera.integrations.planner import Planner, grouped_weighted_maxrl, worker_imbalance
+from sera.integrations.planner import Planner, fingerprint, grouped_weighted_maxrl, worker_imbalance
 from sera.trainers.config import AllocatorConfig
 
 VERL_VERSION = "0.9.1"
@@ -128,9 +130,10 @@ PIECES = {
         lambda c: OmegaConf.select(c, "trainer.v1.trainer_mode") == MODE,
     f"algorithm.adv_estimator={ESTIMATOR}":
         lambda c: OmegaConf.select(c, "algorithm.adv_estimator") == ESTIMATOR,
-    f"ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={HOOK}":
-        lambda c: OmegaConf.select(c, "ray_kwargs.ray_init.runtime_env."
-                                      "worker_process_setup_hook") == HOOK,
+    f"ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={HOOK} (or a hook of yours "
+    f"made with sera.integrations.verl.chained)":
+        lambda c: runs_sera_setup(OmegaConf.select(c, "ray_kwargs.ray_init.runtime_env."
+                                                      "worker_process_setup_hook")),
 }
 """What a SERA run needs, each with how to tell it is there; the recipe sets them all."""
 
@@ -171,17 +174,62 @@ def setup() -> None:
     """Ray's worker_process_setup_hook: importing this module registered the estimator and the
     mode; here every verl trainer built in this process (the task runner builds it before the
     first generation) is made to call refuse_partial on its config first, whatever mode verl
-    picked."""
+    picked, except the bases of SeraTrainerSync, which has checked the config it was given
+    before it hands them verl's own name for the mode. `chained` runs it before a hook of
+    yours."""
     for cls in _trainer_classes():
         init = cls.__dict__.get("__init__")  # only a class's own; an inherited one is wrapped
         if init is not None and not getattr(init, "_sera_checked", False):
             cls.__init__ = _checked(init)
 
 
+def chained(hook):
+    """Make a worker setup hook of your own that runs SERA's `setup` first, then yours: Ray takes
+    one `worker_process_setup_hook`, so name the returned function there instead of HOOK.
+
+        # mypackage/hooks.py
+        from sera.integrations.verl import chained
+
+        @chained
+        def setup():
+            ...  # your own worker set-up
+
+        ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=mypackage.hooks.setup
+    """
+    @functools.wraps(hook)
+    def both():
+        setup()
+        hook()
+
+    both.runs_sera_setup = True
+    return both
+
+
+def runs_sera_setup(path) -> bool:
+    """Whether the dotted path names SERA's setup hook or one made with `chained` (imported from
+    the driver here, as Ray imports it in every worker)."""
+    if path == HOOK:
+        return True
+    if not isinstance(path, str) or "." not in path:
+        return False
+    module, name = path.rsplit(".", 1)
+    try:
+        hook = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"ray_kwargs.ray_init.runtime_env.worker_process_setup_hook={path} "
+                         f"cannot be imported here ({exc}); Ray's workers import it the same "
+                         f"way: put its module on PYTHONPATH") from exc
+    return getattr(hook, "runs_sera_setup", False) is True
+
+
 def _checked(init):
     @functools.wraps(init)
     def checked(self, config, *args, **kwargs):
-        refuse_partial(config)
+        # SeraTrainerSync checks the config it was given, then hands its bases a copy under
+        # verl's own name for the mode ("sync"), which refuse_partial would take for a partial
+        # SERA config: the bases of SERA's own trainer are not checked again.
+        if not isinstance(self, SeraTrainerSync):
+            refuse_partial(config)
         init(self, config, *args, **kwargs)
 
     checked._sera_checked = True
@@ -292,6 +340,12 @@ SWITCHES = {
 """verl's on/off settings that change what SERA trains, each refused when on, with why."""
 
 
+KL_COEFFICIENTS = {"actor_rollout_ref.actor.use_kl_loss": "actor_rollout_ref.actor.kl_loss_coef",
+                   "algorithm.use_kl_in_reward": "algorithm.kl_ctrl.kl_coef"}
+"""The KL switches among SWITCHES whose coefficient, at 0, leaves the training unchanged (verl's
+adaptive controller scales its coefficient, so 0 stays 0): accepted with a warning."""
+
+
 def refuse_unsupported(config) -> None:
     """Raise ValueError, naming the setting, for verl settings under which SERA's history, MaxRL or
     the weights n0 / N_q would be wrong: an advantage estimator other than sera_maxrl ignores the
@@ -304,6 +358,12 @@ def refuse_unsupported(config) -> None:
     _refuse_estimator(config)
     for setting, why in SWITCHES.items():
         if OmegaConf.select(config, setting, default=False):
+            coefficient = KL_COEFFICIENTS.get(setting)
+            if coefficient and OmegaConf.select(config, coefficient, default=None) == 0:
+                logger.warning("sera: %s=True with %s=0 is accepted: the KL term adds nothing "
+                               "to the loss or the rewards (verl still computes the reference "
+                               "policy's log-probabilities)", setting, coefficient)
+                continue
             raise ValueError(f"{setting}=True {why}")
     _refuse_loss(config)
 
@@ -312,9 +372,10 @@ def _refuse_estimator(config) -> None:
     """The estimator, rejection sampling and n0: what makes the advantages SERA's."""
     estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
     if estimator != ESTIMATOR:
-        raise ValueError(f"algorithm.adv_estimator={estimator} with "
-                         f"trainer.v1.trainer_mode={MODE}: the mode plans uneven counts and "
-                         f"only {ESTIMATOR} applies the weight n0 / N_q, so a prompt's gradient "
+        mode = OmegaConf.select(config, "trainer.v1.trainer_mode", default=None)
+        raise ValueError(f"algorithm.adv_estimator={estimator} with a SERA run "
+                         f"(trainer.v1.trainer_mode={mode}): SERA plans uneven counts and only "
+                         f"{ESTIMATOR} applies the weight n0 / N_q, so a prompt's gradient "
                          f"would grow with its count; set algorithm.adv_estimator={ESTIMATOR}")
     rejection = OmegaConf.select(config, "algorithm.rollout_correction.rollout_rs", default=None)
     if rejection is not None:
@@ -324,11 +385,11 @@ def _refuse_estimator(config) -> None:
                          f"records it as a success; leave rollout_rs null with the {MODE} mode "
                          f"(rollout_is, which reweights without rejecting, is accepted)")
     n0 = OmegaConf.select(config, "actor_rollout_ref.rollout.n", default=None)
-    n_min = allocator_from_config(config).n_min
-    if n0 is not None and n0 < n_min:
+    why = None if n0 is None else allocator_from_config(config).infeasible(n0)
+    if why is not None:
         raise ValueError(f"actor_rollout_ref.rollout.n={n0} is SERA's n0, the mean count per "
-                         f"prompt, and must be at least the allocator's n_min = {n_min} "
-                         f"(+sera.n_min)")
+                         f"prompt, and the allocator's bounds (sera.n_min, sera.n_max, "
+                         f"sera.n_max_factor) cannot plan it: {why}")
 
 
 def _refuse_loss(config) -> None:
@@ -398,6 +459,8 @@ class SeraTrainerSync(PPOTrainerSync):
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
         super().__init__(config, *args, **kwargs)
+        logger.info("sera: %s built (trainer.v1.trainer_mode=%s, verl's sync trainer with "
+                    "SERA's counts)", type(self).__name__, MODE)
 
     def _init_dataloader(self):
         super()._init_dataloader()
@@ -414,11 +477,18 @@ class SeraTrainerSync(PPOTrainerSync):
             frame = loader.dataset.dataframe  # after verl's max_samples and length filter
             self._sera_rows = dense_rows(frame["extra_info"] if "extra_info" in
                                          frame.column_names else [None] * len(frame))
+            key = OmegaConf.select(self.config, "data.prompt_key", default="prompt")
+            prompts = fingerprint(frame[key]) if key in frame.column_names else None
             # The paper's sera: u_min unset is its selection threshold (sera.methods.U_MIN).
             self._sera = Planner(len(self._sera_rows),
                                  int(self.config.actor_rollout_ref.rollout.n),
                                  allocator_from_config(self.config),
-                                 prompts_per_epoch=len(loader) * loader.batch_size)
+                                 prompts_per_epoch=len(loader) * loader.batch_size,
+                                 prompts=prompts, batch_size=loader.batch_size)
+            logger.info("sera: history over %d training rows (prompts %s...), %d prompts an "
+                        "epoch in batches of %d, n0 = %d", len(self._sera_rows),
+                        (prompts or "unchecked")[:12],
+                        len(loader) * loader.batch_size, loader.batch_size, self._sera.n0)
         return self._sera
 
     def _submit_batch_to_rollout(self, batch):

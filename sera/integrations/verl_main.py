@@ -5,19 +5,48 @@ sera_trainer.yaml: the sera_sync mode, the sera_maxrl estimator, the Ray workers
 the allocator's options), so no search path or `+sera=paper` can be lost in a shell script or a
 job wrapper. Overrides follow as on main_ppo (`sera.n_min=3`, `actor_rollout_ref.rollout.n=16`).
 Before Ray starts, the config is checked for a piece of SERA removed by an override
-(refuse_partial) and for settings SERA cannot train under (refuse_unsupported); then verl's own
-check and run follow, unchanged. Hydra's own flags work too: `--cfg job` prints the config.
+(refuse_partial) and for settings SERA cannot train under, an infeasible budget among them
+(refuse_unsupported); then verl's own check and run follow, unchanged. Hydra's own flags work
+too: `--cfg job` prints the config, and `--config-dir DIR --config-name NAME` composes a YAML of
+yours (docs/scaling.md has the pattern: both search paths, `defaults: [ppo_trainer, sera: paper,
+_self_]`). A file named sera_trainer.yaml in DIR would not be read (the package's comes first
+in Hydra's search path), so it is refused by name.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 import hydra
 from verl.trainer import main_ppo
 
 from sera.integrations import verl as plugin
 
+CONFIG = "sera_trainer"
 
-@hydra.main(config_path="verl_recipe", config_name="sera_trainer", version_base=None)
+
+def refuse_shadowed_config(argv) -> None:
+    """Raise ValueError when --config-dir holds a sera_trainer.yaml that Hydra would pass over
+    for the package's own (the run would silently train without the user's edits)."""
+    folder, name = None, CONFIG
+    for i, arg in enumerate(argv):
+        for flags, value in ((("--config-dir", "-cd"), "dir"), (("--config-name", "-cn"), "name")):
+            given = next((arg.split("=", 1)[1] for f in flags if arg.startswith(f + "=")), None)
+            if given is None and arg in flags and i + 1 < len(argv):
+                given = argv[i + 1]
+            if given is not None:
+                folder, name = (given, name) if value == "dir" else (folder, given)
+    if folder and name == CONFIG and os.path.isfile(os.path.join(folder, f"{CONFIG}.yaml")):
+        raise ValueError(f"{os.path.join(folder, CONFIG + '.yaml')} would not be read: the "
+                         f"package's own {CONFIG}.yaml comes first in Hydra's search path. Give "
+                         f"your copy another name and pass --config-name with it (with "
+                         f"hydra.searchpath [pkg://verl.trainer.config, "
+                         f"pkg://sera.integrations.verl_recipe] and defaults [ppo_trainer, "
+                         f"sera: paper, _self_], as docs/scaling.md shows)")
+
+
+@hydra.main(config_path="verl_recipe", config_name=CONFIG, version_base=None)
 def main(config) -> None:
     plugin.refuse_partial(config)
     plugin.refuse_unsupported(config)
@@ -25,4 +54,8 @@ def main(config) -> None:
 
 
 if __name__ == "__main__":
+    try:
+        refuse_shadowed_config(sys.argv[1:])
+    except ValueError as error:
+        sys.exit(f"sera.integrations.verl_main: {error}")
     main()
