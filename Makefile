@@ -236,8 +236,9 @@ clean:
 	rm -rf $(VENV) $(VISION) $(VLLM) $(SCALE) build .pytest_cache .hypothesis
 
 # The prepared GPU check (benchmarks/gpu_check.py): TRL with SERA on a SmolLM2-360M-shaped model,
-# ResNet-50 at N0 = 128 and the maze paper preset, in bf16, about 8 minutes on one H200; the
-# report goes to data/gpu/. GPU_PYTHON is an interpreter with CUDA torch, torchvision and
+# ResNet-50 at N0 = 128 and the maze paper preset, in bf16, about 8 minutes on one H200, and
+# SERA's verl launcher for six steps on one GPU (it needs the scale-gpu extra: verl, vLLM, Ray;
+# tests/test_verl_launch.py runs its smoke mode); the report goes to data/gpu/. GPU_PYTHON is an interpreter with CUDA torch, torchvision and
 # transformers; what such a machine lacks comes from `make gpu-wheels` (run where pip reaches
 # PyPI; install with pip install --no-index --no-deps --target DIR .whl/*.whl, DIR on PYTHONPATH).
 GPU_PYTHON ?= python3

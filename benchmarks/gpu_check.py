@@ -2,7 +2,7 @@
 
     make gpu-check              # a GPU machine: about 8 minutes on one H200 (report in data/gpu/)
     make gpu-check-cpu          # smoke mode: the same code at toy sizes on a CPU (make test)
-    python benchmarks/gpu_check.py [--cpu] [--parts trl,resnet,maze] [--out DIR]
+    python benchmarks/gpu_check.py [--cpu] [--parts trl,resnet,maze,verl] [--out DIR]
 
 Parts, each with a wall-clock budget (a part that fails is reported and the others still run):
 
@@ -16,6 +16,11 @@ Parts, each with a wall-clock budget (a part that fails is reported and the othe
   64 mazes a step, responses up to 160 tokens) with 384 training mazes instead of 7,424, so that
   the history folds every 6 steps and SERA allocates within the budget, a shorter warm-up and
   one small validation.
+- verl: `bash examples/verl/single_node.sh` (sera.integrations.verl_main) on one GPU with vLLM
+  rollouts, a one-layer model and 40 generated GSM8K-format questions, six steps (the sixth
+  planned from the history); the checks read the plan lines, verl's console metrics and the
+  saved history. It needs the scale-gpu extra (verl, vLLM, Ray). In smoke mode it runs as far as
+  verl goes without a GPU (benchmarks/gpu_parts/verl.py).
 
 Each part is a module of benchmarks/gpu_parts/ registered with `@part(name, budget)`. For each part
 the report gives step times (median, 90th percentile), peak GPU memory, throughput (tokens or images
@@ -52,7 +57,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpu_parts import maze, resnet, trl  # noqa: E402, F401  (importing a part registers it)
+from gpu_parts import maze, resnet, trl, verl  # noqa: E402, F401  (importing a part registers it)
 from gpu_parts.common import PARTS  # noqa: E402
 
 
@@ -66,7 +71,7 @@ def environment() -> dict:
                                     capture_output=True, text=True, check=True).stdout.strip()
     versions = {"python": platform.python_version(), "torch": torch.__version__,
                 "transformers": transformers.__version__, "numpy": np.__version__}
-    for name in ("trl", "datasets", "torchvision", "accelerate"):
+    for name in ("trl", "datasets", "torchvision", "accelerate", "verl", "vllm", "ray"):
         with contextlib.suppress(ImportError):
             versions[name] = __import__(name).__version__
     if torch.cuda.is_available():  # the CUDA runtime torch was built with, and the driver
@@ -110,7 +115,7 @@ def markdown(report: dict) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu", action="store_true", help="smoke mode: toy sizes on the CPU")
-    parser.add_argument("--parts", default="trl,resnet,maze",
+    parser.add_argument("--parts", default="trl,resnet,maze,verl",
                         help="comma-separated parts to run, of " + ", ".join(PARTS))
     parser.add_argument("--out", default="data/gpu", help="folder of the report")
     parser.add_argument("--scale", type=float, default=1.0,

@@ -18,10 +18,8 @@ import pytest
 if not os.environ.get("SERA_REQUIRE_INTEGRATIONS"):
     pytest.importorskip("verl")
 
-import pandas as pd  # noqa: E402
-import verl_cpu_probe  # noqa: E402
 from omegaconf import OmegaConf, open_dict  # noqa: E402
-from test_verl_examples import _gsm8k_files, compose_sera, readme_verl_arguments  # noqa: E402
+from test_verl_examples import compose_sera, readme_verl_arguments  # noqa: E402
 from verl.trainer.ppo.v1 import get_trainer_cls  # noqa: E402
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer  # noqa: E402
 
@@ -29,6 +27,10 @@ from sera.integrations import verl as plugin  # noqa: E402
 from sera.integrations import verl_main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from gpu_parts import verl as verl_part  # noqa: E402
+from gpu_parts import verl_probe  # noqa: E402
+
 HOOK_KEY = "ray_kwargs.ray_init.runtime_env.worker_process_setup_hook"
 
 
@@ -98,9 +100,10 @@ def test_a_setup_hook_of_ones_own_chains_seras(launcher_config, monkeypatch):
     ours = plugin.chained(lambda: ran.append("ours"))
     ours()
     assert ran == ["sera", "ours"]  # SERA's registration first, then the user's
-    assert plugin.runs_sera_setup(plugin.HOOK) and plugin.runs_sera_setup("verl_cpu_probe.setup")
-    assert verl_cpu_probe.setup.runs_sera_setup is True
-    plugin.refuse_partial(_with(launcher_config, **{HOOK_KEY: "verl_cpu_probe.setup"}))
+    assert plugin.runs_sera_setup(plugin.HOOK)
+    assert plugin.runs_sera_setup("gpu_parts.verl_probe.setup")
+    assert verl_probe.setup.runs_sera_setup is True
+    plugin.refuse_partial(_with(launcher_config, **{HOOK_KEY: "gpu_parts.verl_probe.setup"}))
     with pytest.raises(ValueError, match=r"lacks ray_kwargs.*setup_hook=sera.integrations.verl."
                                          r"setup \(or a hook of yours made with .*chained\)"):
         plugin.refuse_partial(_with(launcher_config, **{HOOK_KEY: "os.getcwd"}))
@@ -141,17 +144,15 @@ def test_a_kl_term_with_coefficient_0_is_accepted_with_a_warning(launcher_config
         plugin.refuse_unsupported(_with(config, **{coefficient: 0.001}))
 
 
-def _launch(arguments, folder, timeout=600, script=None):
-    """`python -m sera.integrations.verl_main ARGS` (or `bash SCRIPT ARGS`) as a user starts it."""
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-                       PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
-                       HYDRA_FULL_ERROR="1", RAY_DEDUP_LOGS="0", PYTHONUNBUFFERED="1")
-    command = ["bash", str(script)] if script else [sys.executable, "-m",
-                                                    "sera.integrations.verl_main"]
-    done = subprocess.run([*command, *arguments], capture_output=True, text=True,
-                          timeout=timeout, cwd=folder, env=environment)
-    colours = re.compile(r"\x1b\[[0-9;]*m")  # Ray colours each worker's name
-    return done.returncode, colours.sub("", done.stdout), colours.sub("", done.stderr)
+def _launch(arguments, folder, timeout=600):
+    """`python -m sera.integrations.verl_main ARGUMENTS` as a user starts it:
+    (exit code, stdout, stderr)."""
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), HYDRA_FULL_ERROR="1",
+                       PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+    done = subprocess.run([sys.executable, "-m", "sera.integrations.verl_main", *arguments],
+                          capture_output=True, text=True, timeout=timeout, cwd=folder,
+                          env=environment)
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("overrides, why", [
@@ -195,69 +196,34 @@ def test_a_yaml_of_ones_own_composes_sera_the_documented_way(tmp_path):
     assert verl_main.refuse_shadowed_config(["-cd", str(tmp_path), "-cn", "my_run"]) is None
 
 
-def _tiny_model_and_data(folder: Path) -> tuple[Path, Path]:
-    """verl's parquet from GSM8K-format files (examples/verl/prepare_gsm8k.py, as the README
-    prepares them) and a one-layer chat model for them, made here: nothing is downloaded."""
-    from sera.models import decoder
-    from sera.tasks.math import build_tokenizer
-
-    train, test = _gsm8k_files(folder)
-    data = folder / "sera-gsm8k"
-    subprocess.run([sys.executable, str(ROOT / "examples" / "verl" / "prepare_gsm8k.py"),
-                    "--train", str(train), "--test", str(test), "--out", str(data)], check=True,
-                   capture_output=True)
-    model = folder / "tiny-model"
-    texts = [*pd.read_json(train, lines=True)["question"], "The answer is 0123456789."]
-    tokenizer = build_tokenizer(texts, vocab_size=300, folder=model)
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    tokenizer.save_pretrained(model)
-    decoder(len(tokenizer), width=32, layers=1, heads=2, kv_heads=1, max_positions=512,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id).save_pretrained(model)
-    return model, data
-
-
-CPU_OVERRIDES = [  # a batch of 8 of the 40 questions, 4 rollouts each, on one (absent) GPU
-    "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-    "actor_rollout_ref.rollout.n=4", "data.max_prompt_length=256",
-    "data.max_response_length=16", "trainer.n_gpus_per_node=1",
-    "ray_kwargs.ray_init.num_cpus=4",
-    "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-    f"{HOOK_KEY}=verl_cpu_probe.setup"]
-
-
 @pytest.mark.slow
 def test_the_single_node_launcher_runs_on_cpu_as_far_as_verl_goes(tmp_path):
-    """`bash examples/verl/single_node.sh` with a tiny model and data, on this CPU: Ray starts,
-    verl's TaskRunner runs in it, the setup hook (SERA's, chained with the probe's) registers
-    the mode, SERA's trainer is built, the training set is read into the history, and verl stops
-    where it asks Ray for a GPU. The probe then has the trainer submit its first batch as fit()
-    does: verl's data loader fetches it, SERA plans it (uniform: nothing is known yet) and the
-    per-prompt counts reach the agent loop's seat."""
-    model, data = _tiny_model_and_data(tmp_path)
-    os.environ.update(MODEL=str(model), DATA=str(data), CKPT=str(tmp_path / "ckpt"))
-    try:
-        code, out, err = _launch(CPU_OVERRIDES, tmp_path, script=ROOT / "examples" / "verl" /
-                                 "single_node.sh")
-        output = out + err  # Ray forwards each worker's stdout and stderr to the driver's
-    finally:
-        for name in ("MODEL", "DATA", "CKPT"):
-            os.environ.pop(name)
-    (tmp_path / "launch.log").write_text(output)
+    """`bash examples/verl/single_node.sh` with a tiny model and data (the GPU check's verl part
+    in smoke mode), on this CPU: Ray starts, verl's TaskRunner runs in it, the setup hook
+    (SERA's, chained with the probe's) registers the mode, SERA's trainer is built, the training
+    set is read into the history, and verl stops where it asks Ray for a GPU. The probe then has
+    the trainer submit its first batch as fit() does: verl's data loader fetches it, SERA plans
+    it (uniform: nothing is known yet) and the per-prompt counts reach the agent loop's seat."""
+    report = verl_part.part_verl(cpu=True, budget=600.0, work=tmp_path)
+    out, err = (tmp_path / "launch.log").read_text().split(verl_part.STDERR, 1)
     # Ray forwards a worker's stdout and stderr to the driver's as two streams, each in order.
     _in_order(err, [r"Started a local Ray instance",
                     r"\(TaskRunnerV1 pid=\d+\) sera: SeraTrainerSync built "
                     r"\(trainer.v1.trainer_mode=sera_sync",
                     r"sera: history over 40 training rows \(prompts [0-9a-f]{12}\.\.\.\), 40 "
                     r"prompts an epoch in batches of 8, n0 = 4",
-                    r"sera: 8 prompts, counts 4\.\.4 \(uniform: some prompts have no estimate "
-                    r"yet\)",
+                    r"sera: 8 prompts, counts 4\.\.4, 32 rollouts \(uniform: some prompts have "
+                    r"no estimate yet\)",
                     r"ValueError: Total available GPUs 0 is less than total desired GPUs 1\s*$"])
-    _in_order(out, [r"ray init kwargs: .*worker_process_setup_hook': 'verl_cpu_probe.setup'",
-                    rf"\(TaskRunnerV1 pid=\d+\) {verl_cpu_probe.STOPPED} Total available GPUs 0 "
+    _in_order(out, [r"ray init kwargs: .*worker_process_setup_hook': "
+                    r"'gpu_parts.verl_probe.setup'",
+                    rf"\(TaskRunnerV1 pid=\d+\) {verl_part.STOPPED} Total available GPUs 0 "
                     rf"is less than total desired GPUs 1",
-                    rf"{verl_cpu_probe.HANDED} \[4, 4, 4, 4, 4, 4, 4, 4\] for 8 prompts"])
-    assert code != 0
+                    rf"{verl_part.HANDED} \[4, 4, 4, 4, 4, 4, 4, 4\] for 8 prompts"])
+    assert report["exit_code"] != 0 and report["steps"] == 0
+    assert all(c["ok"] for c in report["checks"].values()), report["checks"]
+    assert set(report["checks"]) == {"trainer_built", "history_read", "stops_at_the_gpu_ask",
+                                      "first_plan"}
 
 
 def _in_order(text: str, patterns: list[str]) -> None:

@@ -506,7 +506,8 @@ class SeraTrainerSync(PPOTrainerSync):
         # verl cuts the batch's prompts among its agent-loop workers (WORKER_METRICS)
         workers = len(getattr(self.agent_loop_manager, "agent_loop_workers", ()))
         self._sera_imbalance = worker_imbalance(counts, workers) if workers else None
-        logger.info("sera: %d prompts, counts %d..%d%s", len(counts), counts.min(), counts.max(),
+        logger.info("sera: %d prompts, counts %d..%d, %d rollouts%s", len(counts), counts.min(),
+                    counts.max(), counts.sum(),
                     " (uniform: some prompts have no estimate yet)" if allocation.fallback
                     else "")
         return super()._submit_batch_to_rollout(batch)

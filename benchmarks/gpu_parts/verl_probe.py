@@ -1,6 +1,6 @@
-"""A worker setup hook for the CPU launch of `python -m sera.integrations.verl_main`
-(tests/test_integration_verl.py): SERA's hook chained with one of the test's, as a user chains
-theirs (sera.integrations.verl.chained).
+"""A worker setup hook for launching SERA's verl trainer on a CPU (gpu_parts.verl in smoke mode,
+tests/test_verl_launch.py): SERA's hook chained with this one, as a user chains theirs
+(sera.integrations.verl.chained).
 
 verl 0.9.1 stops on a machine without a GPU where its trainer asks Ray for the GPUs of its
 resource pool, after the trainer is built and the data is read. There the probe prints verl's
@@ -12,10 +12,8 @@ per-prompt counts it was handed. Then verl's error goes on, so the run ends wher
 
 import functools
 
+from gpu_parts.verl import HANDED, STOPPED
 from sera.integrations import verl as plugin
-
-STOPPED = "verl stopped on CPU:"
-HANDED = "agent loop handed counts:"
 
 
 class Recorder:
