@@ -155,6 +155,19 @@ def _launch(arguments, folder, timeout=600):
     return done.returncode, done.stdout, done.stderr
 
 
+def test_the_launcher_refuses_a_config_stripped_of_sera_and_names_the_mode(launcher_config):
+    stripped = _with(launcher_config, sera=None, trainer__v1__trainer_mode="sync",
+                     algorithm__adv_estimator="grpo")
+    with pytest.raises(ValueError, match=r"removed SERA from this config \(no sera: block, "
+                                         r"trainer.v1.trainer_mode=sync\).*main_ppo"):
+        verl_main.refuse_without_sera(stripped)
+    verl_main.refuse_without_sera(launcher_config)
+    # the estimator's refusal names the mode the config has
+    with pytest.raises(ValueError, match=r"adv_estimator=grpo with a SERA run "
+                                         r"\(trainer.v1.trainer_mode=sync\)"):
+        plugin.refuse_unsupported(stripped)
+
+
 @pytest.mark.parametrize("overrides, why", [
     (["sera.n_max=2"], r"n_max = 2 is below n0 = 4"),
     (["sera.n_min=6"], r"n0 = 4 is below n_min = 6"),

@@ -4,13 +4,14 @@ The config is verl's ppo_trainer with the paper's sera (sera.integrations.verl_r
 sera_trainer.yaml: the sera_sync mode, the sera_maxrl estimator, the Ray workers' setup hook and
 the allocator's options), so no search path or `+sera=paper` can be lost in a shell script or a
 job wrapper. Overrides follow as on main_ppo (`sera.n_min=3`, `actor_rollout_ref.rollout.n=16`).
-Before Ray starts, the config is checked for a piece of SERA removed by an override
-(refuse_partial) and for settings SERA cannot train under, an infeasible budget among them
-(refuse_unsupported); then verl's own check and run follow, unchanged. Hydra's own flags work
-too: `--cfg job` prints the config, and `--config-dir DIR --config-name NAME` composes a YAML of
-yours (docs/scaling.md has the pattern: both search paths, `defaults: [ppo_trainer, sera: paper,
-_self_]`). A file named sera_trainer.yaml in DIR would not be read (the package's comes first
-in Hydra's search path), so it is refused by name.
+Before Ray starts, the config is checked for SERA removed by the overrides
+(refuse_without_sera), a piece of it removed (refuse_partial), and settings SERA cannot train
+under, an infeasible budget among them (refuse_unsupported); then verl's own check and run
+follow, unchanged. Hydra's own flags work too: `--cfg job` prints the config, and
+`--config-dir DIR --config-name NAME` composes a YAML of yours (docs/scaling.md has the pattern:
+both search paths, `defaults: [ppo_trainer, sera: paper, _self_]`). A file named
+sera_trainer.yaml in DIR would not be read (the package's comes first in Hydra's search path),
+so it is refused by name.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import sys
 
 import hydra
+from omegaconf import OmegaConf
 from verl.trainer import main_ppo
 
 from sera.integrations import verl as plugin
@@ -46,8 +48,21 @@ def refuse_shadowed_config(argv) -> None:
                          f"sera: paper, _self_], as docs/scaling.md shows)")
 
 
+def refuse_without_sera(config) -> None:
+    """Raise ValueError when overrides removed every piece that asks for SERA (the sera: block
+    and the sera_sync mode): this entry point runs SERA, verl's main_ppo runs the rest."""
+    if OmegaConf.select(config, "sera") is None and \
+            OmegaConf.select(config, "trainer.v1.trainer_mode") != plugin.MODE:
+        raise ValueError(f"the overrides removed SERA from this config (no sera: block, "
+                         f"trainer.v1.trainer_mode="
+                         f"{OmegaConf.select(config, 'trainer.v1.trainer_mode')}): "
+                         f"sera.integrations.verl_main runs SERA; for a run without it use "
+                         f"verl's own `python -m verl.trainer.main_ppo`")
+
+
 @hydra.main(config_path="verl_recipe", config_name=CONFIG, version_base=None)
 def main(config) -> None:
+    refuse_without_sera(config)
     plugin.refuse_partial(config)
     plugin.refuse_unsupported(config)
     main_ppo.main.__wrapped__(config)  # verl's own: its configuration check, then the run
