@@ -151,8 +151,7 @@ def test_resume_restores_the_history_from_the_checkpoint(tmp_path):
 
 def _gsm8k_and_tiny_model(folder: Path) -> tuple[Path, Path]:
     """A GSM8K-shaped training file of 8 questions and a one-layer chat model for it."""
-    from sera.models import decoder
-    from sera.tasks.math import build_tokenizer
+    from sera.tasks.math import tiny_chat_model
 
     rows = [{"question": f"What is {i} plus {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"}
             for i in range(8)]
@@ -160,12 +159,7 @@ def _gsm8k_and_tiny_model(folder: Path) -> tuple[Path, Path]:
     pd.DataFrame(rows).to_json(data, orient="records", lines=True)
     model = folder / "tiny-model"
     texts = [r["question"] + INSTRUCTION for r in rows] + ["The answer is 0123456789."]
-    tokenizer = build_tokenizer(texts, vocab_size=300, folder=model)
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    tokenizer.save_pretrained(model)
-    decoder(len(tokenizer), width=32, layers=1, heads=2, kv_heads=1, max_positions=128,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id).save_pretrained(model)
+    tiny_chat_model(texts, model, max_positions=128)
     return data, model
 
 

@@ -41,7 +41,6 @@ PLAN = re.compile(r"sera: (\d+) prompts, counts (\d+)\.\.(\d+), (\d+) rollouts( 
 def model_and_data(folder: Path) -> tuple[Path, Path]:
     """verl's parquet from generated GSM8K-format files (examples/verl/prepare_gsm8k.py, as the
     README prepares the real ones) and a one-layer chat model for them: nothing is downloaded."""
-    from sera.models import decoder
     from sera.tasks import math as math_task
 
     train, test = math_task.generated_splits(PROMPTS, 12, seed=3)
@@ -53,14 +52,7 @@ def model_and_data(folder: Path) -> tuple[Path, Path]:
                     "--train", str(files / "train.jsonl"), "--test", str(files / "test.jsonl"),
                     "--out", str(data)], check=True, capture_output=True)
     model = folder / "tiny-model"
-    texts = [*pd.read_json(files / "train.jsonl", lines=True)["question"],
-             "The answer is 0123456789."]
-    tokenizer = math_task.build_tokenizer(texts, vocab_size=300, folder=model)
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    tokenizer.save_pretrained(model)
-    decoder(len(tokenizer), width=32, layers=1, heads=2, kv_heads=1, max_positions=512,
-            pad_token_id=tokenizer.pad_token_id,
-            eos_token_id=tokenizer.eos_token_id).save_pretrained(model)
+    math_task.tiny_chat_model([*train["question"], "The answer is 0123456789."], model)
     return model, data
 
 

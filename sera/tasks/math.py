@@ -7,6 +7,8 @@
   ground truth, as MaxRL's GSM8K reward decides it; never raises, safe in worker threads.
 - `generate(n, seed, ...)`: multi-step arithmetic word problems from templates, with worked
   solutions ending in \\boxed{answer}, written in GSM8K's format by `write_jsonl`.
+- `tiny_chat_model(texts, folder)`: a one-layer chat model and its tokenizer, saved for a
+  framework to load (the plug-ins' CPU tests).
 - `MathTask`: what the sequence trainer needs (token-id prompts through the chat template when
   the tokenizer has one, the reward on token ids, reference answers for a warm-up).
 
@@ -324,4 +326,24 @@ def build_tokenizer(texts, vocab_size: int = 320, folder=None):
                                         eos_token="<eos>")
     if folder is not None:
         tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
+PLAIN_CHAT = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+"""A chat template that joins the messages' texts, for the tiny models."""
+
+
+def tiny_chat_model(texts, folder, max_positions: int = 512):
+    """A one-layer chat model (sera.models.decoder, randomly initialised) and its tokenizer
+    learned from `texts` (build_tokenizer, PLAIN_CHAT), saved to folder for a framework to load
+    from a path: what the verl and TRL plug-ins' CPU tests and the GPU check's verl part launch
+    without downloading a model. Returns the tokenizer."""
+    from sera.models import decoder
+
+    tokenizer = build_tokenizer(texts, vocab_size=300, folder=folder)
+    tokenizer.chat_template = PLAIN_CHAT
+    tokenizer.save_pretrained(str(folder))
+    decoder(len(tokenizer), width=32, layers=1, heads=2, kv_heads=1, max_positions=max_positions,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id).save_pretrained(str(folder))
     return tokenizer
