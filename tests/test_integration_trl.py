@@ -559,6 +559,25 @@ def test_a_changed_batch_size_is_refused_on_resume_and_by_resume_true(tmp_path):
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
 
 
+def test_a_changed_step_layout_with_the_same_prompts_per_batch_is_refused(tmp_path):
+    """generation_batch_size held at 16 rows (4 prompts) while per_device_train_batch_size goes
+    from 8 to 4 (after running out of memory, say): steps_per_generation doubles, the prompts
+    per generation batch stay, and transformers' resumed data position (global_step batches of
+    the loader) falls one generation batch behind what the history recorded. Refused, naming
+    the settings; the history file is untouched."""
+    out = tmp_path / "out"
+    make_trainer(out, steps=4, save_steps=4, generation_batch_size=16).train()
+    history = out / "checkpoint-4" / plugin.HISTORY_FILE
+    saved = history.read_text()
+    again = make_trainer(out, steps=8, save_steps=4, generation_batch_size=16,
+                         per_device_train_batch_size=4)
+    with pytest.raises(ValueError, match=rf"{re.escape(str(history))}: the history has planned 8 "
+                                         rf"prompts, but this run resumes after 1 generation "
+                                         rf"batches of 4.*steps_per_generation 4"):
+        again.train(resume_from_checkpoint=str(history.parent))
+    assert history.read_text() == saved and not again.sera_log
+
+
 @pytest.mark.parametrize("flags, named", [
     (["--sera_n_max", "3"], r"sera_n_max = 3 is below num_generations = 4"),
     (["--sera_n_min", "6", "--sera_n_max", "8"], r"num_generations = 4 is below sera_n_min = 6"),

@@ -182,6 +182,10 @@ def test_a_history_resumes_only_on_the_prompts_it_was_kept_on(tmp_path):
     # rows cannot run into each other: ["a\nb"] is not ["a", "b"]
     assert fingerprint(["a\nb"]) != fingerprint(["a", "b"]) != fingerprint(["ab"])
     assert fingerprint(np.array(["a", "b"])) == fingerprint(["a", "b"])
+    chat = [{"role": "user", "content": "Question 1"}]
+    assert fingerprint([np.array(chat, dtype=object)]) == fingerprint([chat])  # pandas' parquet
+    with pytest.raises(TypeError, match="training row 1's prompt cannot be fingerprinted"):
+        fingerprint(["a", {"content": object()}])  # no address of an object in the hash
 
 
 def test_a_history_of_a_newer_or_unversioned_format(tmp_path, caplog):

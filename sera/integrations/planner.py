@@ -44,14 +44,25 @@ the history's own (its rule, discount, weight and prior) may not."""
 logger = logging.getLogger(__name__)
 
 
+def _plain(value):
+    """numpy's arrays and numbers as JSON takes them (pandas reads a parquet's chats so)."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    raise TypeError(f"a {type(value).__name__} is not a plain value")
+
+
 def fingerprint(prompts) -> str:
     """A SHA-256 of the training prompts in their order, each as JSON (a string or a chat's
     messages alike): two training sets share it only when row r holds the same prompt in both,
     for every r, so a history keyed by rows resumes only on the set it was kept on."""
     digest = hashlib.sha256()
-    for prompt in prompts:
-        value = prompt.tolist() if isinstance(prompt, np.ndarray) else prompt
-        digest.update(json.dumps(value, sort_keys=True, default=str, ensure_ascii=False).encode())
+    for row, prompt in enumerate(prompts):
+        try:
+            text = json.dumps(prompt, sort_keys=True, default=_plain, ensure_ascii=False)
+        except TypeError as exc:
+            raise TypeError(f"training row {row}'s prompt cannot be fingerprinted ({exc}): a "
+                            f"prompt must be text or a chat of plain values") from None
+        digest.update(text.encode())
         digest.update(b"\n")  # JSON escapes a newline inside a value: rows cannot run together
     return digest.hexdigest()
 

@@ -395,6 +395,7 @@ class SeraGRPOTrainer(GRPOTrainer):
         self.sera_allocator = allocator or AllocatorConfig()
         if bound.get("args") is not None:
             refuse_unsupported(bound["args"])
+            self._refuse_infeasible(bound["args"].num_generations)  # before the model loads
         if bound.get("rollout_func") is not None:
             raise ValueError("rollout_func: TRL hands a custom rollout function one prompt per "
                              "num_generations rows (prompts[::num_generations]), which picks the "
@@ -422,16 +423,19 @@ class SeraGRPOTrainer(GRPOTrainer):
             raise ValueError(f"a generation batch holds generation_batch_size / num_generations = "
                              f"{per_batch} prompts, more than the {n} of train_dataset; lower "
                              f"per_device_train_batch_size or steps_per_generation")
-        why = self.sera_allocator.infeasible(self.num_generations)
-        if why is not None:
-            raise ValueError(f"num_generations = {self.num_generations} is SERA's n0, the mean "
-                             f"count per prompt, which the allocator's bounds cannot spend: {why}")
+        self._refuse_infeasible(self.num_generations)
         self.sera_planner = Planner(n, self.num_generations, self.sera_allocator,
                                     prompts_per_epoch=(n // per_batch) * per_batch,
                                     prompts=fingerprint(prompts), batch_size=per_batch)
         self.sera_log: collections.deque[dict] = collections.deque(maxlen=LOG_KEEP)
         self._sera_rewards = None
         self._sera_replay = False  # resumed inside a generation batch the history has recorded
+
+    def _refuse_infeasible(self, n0: int) -> None:
+        why = self.sera_allocator.infeasible(n0)
+        if why is not None:
+            raise ValueError(f"num_generations = {n0} is SERA's n0, the mean count per prompt, "
+                             f"which the allocator's bounds cannot spend: {why}")
 
     @property
     def sera_history(self):
@@ -597,3 +601,24 @@ class SeraGRPOTrainer(GRPOTrainer):
         if why is not None:
             raise ValueError(why)
         self.sera_planner.load_file_state(state[0], path)
+        self._refuse_other_position(path)
+
+    def _refuse_other_position(self, path) -> None:
+        """Refuse a resume whose data position differs from the history's: transformers skips
+        global_step x gradient_accumulation_steps batches of the data loader, each generation
+        batch taking steps_per_generation x num_iterations of them, so another of those three
+        settings (with the prompts per generation batch unchanged) would plan prompts the
+        history has recorded, or skip some."""
+        planner = self.sera_planner
+        generated = -(-self._step // (self.args.steps_per_generation * self.num_iterations))
+        recorded = planner.history.epoch * planner.prompts_per_epoch + planner.planned
+        if generated * planner.batch_size != recorded:
+            raise ValueError(
+                f"{path}: the history has planned {recorded} prompts, but this run resumes after "
+                f"{generated} generation batches of {planner.batch_size} "
+                f"(global_step {self.state.global_step} x gradient_accumulation_steps "
+                f"{self.args.gradient_accumulation_steps} / (steps_per_generation "
+                f"{self.args.steps_per_generation} x num_iterations {self.num_iterations})): "
+                f"resume with the saved per_device_train_batch_size, gradient_accumulation_steps, "
+                f"steps_per_generation and num_iterations, or start a new run in another "
+                f"output_dir")

@@ -151,9 +151,10 @@ def refuse_partial(config) -> None:
                          f"train without SERA. Start it with `python -m "
                          f"sera.integrations.verl_main` (the recipe built in), or add the "
                          f"search path before +sera=paper")
-    asked = block is not None or OmegaConf.select(config, "trainer.v1.trainer_mode") == MODE
+    if block is None and OmegaConf.select(config, "trainer.v1.trainer_mode") != MODE:
+        return  # asks nothing of SERA's: its hook, whatever it is, is not imported here
     missing = [name for name, there in PIECES.items() if not there(config)]
-    if asked and missing:
+    if missing:
         raise ValueError(f"this config asks for SERA but lacks {'; '.join(missing)}: without "
                          f"it verl trains at uniform counts (MaxRL or another estimator), not "
                          f"SERA. Drop the override that removed it, or start from `python -m "
@@ -463,6 +464,13 @@ class SeraTrainerSync(PPOTrainerSync):
                     "SERA's counts)", type(self).__name__, MODE)
 
     def _init_dataloader(self):
+        data = self.config.data
+        if (data.get("train_max_samples", -1) or -1) > 0 and data.get("shuffle", True) \
+                and data.get("seed", None) is None:
+            logger.warning("sera: data.train_max_samples=%s with data.shuffle and no data.seed "
+                           "draws another subset of the training set on every launch, so no "
+                           "checkpoint's history will resume (its prompts differ); set data.seed",
+                           data.train_max_samples)
         super()._init_dataloader()
         self._sera = None
         self.sera  # noqa: B018  (a training set without usable indices fails at start-up)
@@ -486,7 +494,7 @@ class SeraTrainerSync(PPOTrainerSync):
                                  prompts_per_epoch=len(loader) * loader.batch_size,
                                  prompts=prompts, batch_size=loader.batch_size)
             logger.info("sera: history over %d training rows (prompts %s...), %d prompts an "
-                        "epoch in batches of %d, n0 = %d", len(self._sera_rows),
+                        "epoch in data loader batches of %d, n0 = %d", len(self._sera_rows),
                         (prompts or "unchecked")[:12],
                         len(loader) * loader.batch_size, loader.batch_size, self._sera.n0)
         return self._sera
