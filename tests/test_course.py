@@ -57,7 +57,7 @@ def graded(name: str, source: str) -> str:
     code, refused = autograde.definitions(["import math\nimport numpy as np", source])
     with Sandbox() as box:
         box.define(code)
-        return autograde.grade_cell(_hidden(name), box, autograde._functions(code), refused) or ""
+        return autograde.grade_cell(_hidden(name), box, [name], refused) or ""
 
 
 def grade(name: str, fn) -> str:
@@ -547,7 +547,25 @@ def _routes(course: Path) -> dict[str, dict[str, str]]:
         "input-transformer": {"kappa": (
             "get_ipython().input_transformers_cleanup.append(lambda lines: ['pass\\n'])\n"
             "def kappa(p, n):\n" + stub)},
+        # the hidden inputs carried out in an error's text
+        "leak-inputs": {"kappa": "def kappa(p, n):\n    raise ValueError(repr((p, n)))\n"},
+        # an answer nested past what a JSON parser takes, written on the answer stream
+        "deep-answer": {"kappa": (
+            "def kappa(p, n):\n    __import__('os').write(3, b'[' * 100000 + b']' * 100000"
+            " + b'\\n')\n" + stub)},
+        # a root grader's Python made writable, and a .pth planted for its next command
+        "remount": {"kappa": (
+            f"def kappa(p, n):\n    site = {SITE!r}\n"
+            "    __import__('subprocess').run(['mount', '-o', 'remount,bind,rw', site])\n"
+            "    open(site + '/zz_sera_planted.pth', 'w').write('import os')\n" + stub)},
     }
+
+
+SITE = str(Path(np.__file__).parents[1])
+"""The grader's site-packages, which the sandbox shows read-only."""
+SHADOWS = {"centered_advantages": ("def centered_advantages(r):\n    return [0.0] * len(r)\n"
+                                   "def all(*a):\n    return True\n")}
+"""A builtin the hidden tests call, replaced by the submission (with a zero stub)."""
 
 
 @pytest.mark.slow
@@ -584,6 +602,7 @@ def test_nbgrader_autogrades_in_the_sandbox_and_no_route_around_it_scores(tmp_pa
         "numpy-names": {"kappa": ("from numpy import expm1, log1p, sum, abs\n"
                                   "def kappa(p, n):\n    return -expm1((n - 1) * log1p(-p))")},
         "edited": {"check-kappa": "feedback = None"},
+        "shadow-builtins": SHADOWS,
         **routes,
         "zz-after": {},  # graded after every route: the gradebook still grades
     }
@@ -621,12 +640,18 @@ def test_nbgrader_autogrades_in_the_sandbox_and_no_route_around_it_scores(tmp_pa
     assert scores == {
         "solution": full, "stub": dict.fromkeys(full, 0.0), "uncentered": kappa_zero,
         "aliased": kappa_zero, "where-warning": full, "numpy-names": full, "edited": full,
+        "shadow-builtins": {**full, "check-centered_advantages": 0.0},
         **dict.fromkeys(routes, kappa_zero), "zz-after": full}, scores
+    assert not Path(SITE, "zz_sera_planted.pth").exists()
     assert not any(extra) and "pass" not in sources
     graded = {s: (course / "autograded" / s / "ex" / paths[0].name).read_text()
               for s in submissions}
     assert "uncentered" not in graded["uncentered"] or "off on ordinary" in graded["uncentered"]
     assert "imported from sera" in graded["aliased"]
+    leak = nbformat.reads(graded["leak-inputs"], as_version=4)
+    said = [o.get("evalue") for c in leak.cells if c.metadata.get("nbgrader", {}).get(
+        "grade_id") == "check-kappa" for o in c.outputs]
+    assert said == ["Your function raised ValueError on a hidden case."], said
     for student in routes:  # nothing of the hidden tests in any graded notebook
         assert "BEGIN HIDDEN" not in graded[student] and "expm1" not in graded[student]
     # The feedback students get: the failed kind of case and the likely mistake, and nothing of

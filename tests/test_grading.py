@@ -86,9 +86,18 @@ def test_values_cross_as_numbers_and_arrays_and_nothing_else(box):
         else:
             assert back == value and type(back) is type(value)
     assert echo(np.float32(0.5)) == 0.5 and echo((1, 2)) == [1, 2]
-    text = _function(box, "def f():\n    return 'kappa'")
-    with pytest.raises(StudentError, match="a str, not a number"):
-        text()
+    scalar, array = echo_long(box)  # np.longdouble, a correct value, arrives as floats
+    assert scalar == 0.25 and array.dtype == float and array.tolist() == [0.5, 1.5]
+    for returned in ("'kappa'", "1j", "{'a': 1}", "np.array(['x'])"):
+        text = _function(box, f"import numpy as np\ndef f():\n    return {returned}")
+        with pytest.raises(StudentError) as refused:
+            text()
+        assert refused.value.kind == "unencodable" and not refused.value.raised
+
+
+def echo_long(box):
+    return _function(box, "import numpy as np\ndef f():\n    return [np.longdouble(0.25), "
+                          "np.array([0.5, 1.5], dtype=np.longdouble)]")()
 
 
 def test_without_bubblewrap_grading_stops_unless_told_to_go_unfenced(monkeypatch):
@@ -142,11 +151,17 @@ def test_the_graders_messages_say_why_without_a_case():
     explain = autograde.explain
     assert explain(AssertionError("The weights are off on a batch of equal counts.")) == \
         "The weights are off on a batch of equal counts."
-    assert "Not done yet" in explain(StudentError("NotImplementedError", ""))
-    assert "sera package" in explain(StudentError("ModuleNotFoundError", "No module named 'sera'"))
+    assert "Not done yet" in explain(StudentError("NotImplementedError", "", raised=True))
+    assert "sera package" in explain(StudentError("ModuleNotFoundError", "No module named 'sera'",
+                                                  raised=True))
     assert "took too long" in explain(StudentError("timeout", "no answer within 20 s"))
-    assert "raised ZeroDivisionError" in explain(StudentError("ZeroDivisionError", "division"))
-    assert "returned a str" in explain(StudentError("TypeError", "a str, not a number"))
+    assert "time for grading was spent" in explain(StudentError("budget", ""))
+    # an exception of the student's: its type if Python's, never its text
+    assert explain(StudentError("ValueError", "(0.35, 16)", raised=True)) == \
+        "Your function raised ValueError on a hidden case."
+    assert explain(StudentError("E_0_35_16", "", raised=True)) == \
+        "Your function raised an exception of its own on a hidden case."
+    assert "not a number" in explain(StudentError("unencodable", ""))
     assert "define it with `def`" in explain(NameError("name 'kappa' is not defined"))
     assert "in its shape" in explain(TypeError("float() argument must be a string or a real"))
 
@@ -185,3 +200,89 @@ def test_a_python_under_tmp_stays_visible(tmp_path, monkeypatch):
     binds = [i for i, a in enumerate(args) if a == "--ro-bind"]
     assert str(tmp_path.resolve()) in [args[i + 1] for i in binds]
     assert all(tmpfs < i for i in binds)
+
+
+def test_student_code_runs_unprivileged_and_cannot_remount_even_for_a_root_grader(box):
+    # The grader here may be root (as autograde often is in a container): inside, the process
+    # is user 65534 with no capability, and the Python installation it sees stays read-only.
+    status = _function(box, "import os\ndef f():\n    caps = [l for l in open('/proc/self/status')"
+                            " if l.startswith(('CapEff', 'CapPrm', 'CapBnd'))]\n"
+                            "    return [os.getuid(), os.getgid()] + "
+                            "[int(l.split()[1], 16) for l in caps]")
+    assert status() == [sandbox.UNPRIVILEGED, sandbox.UNPRIVILEGED, 0, 0, 0]
+    site = str(Path(np.__file__).parents[1])
+    attempt = _function(box, "import subprocess\ndef f(site):\n"
+                             "    done = subprocess.run(['mount', '-o', 'remount,bind,rw', site],"
+                             " capture_output=True)\n    try:\n"
+                             "        open(site + '/planted.pth', 'w').write('import os')\n"
+                             "        return [done.returncode, 1]\n    except OSError:\n"
+                             "        return [done.returncode, 0]")
+    code, planted = attempt(site)
+    assert code != 0 and planted == 0 and not Path(site, "planted.pth").exists()
+
+
+def test_its_folders_files_and_processes_are_capped(box):
+    write = _function(box, "def f(path, mib):\n    try:\n        with open(path, 'wb') as out:\n"
+                           "            for _ in range(mib):\n"
+                           "                out.write(bytes(1 << 20))\n        return 0\n"
+                           "    except OSError as exc:\n        return exc.errno")
+    import errno
+
+    assert write("/scratch/a", 8) == 0
+    assert write("/scratch/big", sandbox.FILE_BYTES // 2**20 + 8) == errno.EFBIG  # one file
+    assert write("/tmp/a", 40) == 0 and write("/tmp/b", 40) == errno.ENOSPC  # /tmp is 64 MiB
+    assert write("/dev/shm/a", 32) == errno.ENOSPC  # 16 MiB
+    if not box.caps_processes:
+        pytest.skip("a root grader without a cgroup of its own: the process count is uncapped")
+    fork = _function(box, "import os, time\ndef f(tries):\n    children, refused = [], 0\n"
+                          "    for _ in range(tries):\n        try:\n"
+                          "            pid = os.fork()\n        except OSError:\n"
+                          "            refused += 1\n            continue\n"
+                          "        if pid == 0:\n            time.sleep(3)\n"
+                          "            os._exit(0)\n        children.append(pid)\n"
+                          "    for pid in children:\n        os.kill(pid, 9)\n"
+                          "        os.waitpid(pid, 0)\n    return [len(children), refused]")
+    started, refused = fork(8)  # bounded: eight tries at most
+    assert started < sandbox.PROCESSES and refused == 8 - started
+
+
+def test_a_submission_has_one_budget_for_all_its_calls():
+    with Sandbox(budget=1.0) as timed:
+        nap = _function(timed, "import time\ndef f(s):\n    time.sleep(s)\n    return s")
+        assert nap(0.4) == 0.4 and nap(0.4) == 0.4
+        with pytest.raises(StudentError, match="timeout"):  # 0.2 s were left
+            nap(0.4)
+        with pytest.raises(StudentError, match="budget"):
+            nap(0.0)
+        assert timed.left <= 0
+
+
+def test_an_answer_out_of_turn_is_that_calls_refusal_and_the_next_call_is_answered(box):
+    # A student's function can write to the stream the worker answers on: a list nested past
+    # what a parser takes, a forged refusal with a text of its own, a forged error kind. Each is
+    # a malformed answer of that call; the grader goes on with a fresh process.
+    box.define("import os\ndef ok(x):\n    return x\n"
+               "def deep():\n    os.write(3, b'[' * 100000 + b']' * 100000 + b'\\n')\n"
+               "def forged():\n    os.write(3, b'{\"error\": \"refused\", \"message\": \"'"
+               " + b'x' * 5000 + b'\"}\\n')\n"
+               "def garbage():\n    os.write(3, b'not json\\n')\n")
+    for name in ("deep", "forged", "garbage"):
+        with pytest.raises(StudentError) as failed:
+            box.call(name)
+        assert failed.value.kind == "malformed" and not failed.value.raised
+        assert box.call("ok", 7) == 7
+
+
+def test_the_hidden_tests_see_the_graded_function_and_nothing_else_of_the_submission(box):
+    # A submission that replaces builtins the hidden tests call, and one whose function puts the
+    # hidden inputs into its error: the tests still judge, and the message carries no input.
+    box.define("import math\ndef sum(*a):\n    return 0\ndef min(*a):\n"
+               "    raise ValueError(repr(a))\ndef range(*a):\n    return []\n"
+               "def kappa(p, n):\n    return 0.0\n"
+               "def leaky(p, n):\n    raise ValueError(repr((p, n)))\n")
+    hidden = ("for n in range(2, 4):\n    assert sum([n, 1]) == n + 1 and min(n, 9) == n\n"
+              "    assert math.isclose(kappa(0.5, n), 1 - 0.5 ** (n - 1)), 'off on a case'")
+    assert autograde.grade_cell(hidden, box, ["kappa"], {}) == "off on a case"
+    message = autograde.grade_cell("leaky(0.3571, 17)", box, ["leaky"], {})
+    assert message == "Your function raised ValueError on a hidden case."
+    assert "0.3571" not in message and "17" not in message

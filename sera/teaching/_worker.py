@@ -1,26 +1,40 @@
 """The process that runs a student's definitions for the grader (sera.teaching.sandbox).
 
 This file is read as text and run with `python -I -c`, inside the sandbox where the sera package
-is not importable; it imports nothing but the standard library and numpy. It reads one JSON
-request per line on standard input and answers on a copy of standard output taken before any
-student code runs (standard output itself then goes to standard error, which the grader drops):
+is not importable; it imports nothing but the standard library and numpy. It first lowers its own
+limits (SERA_SANDBOX_LIMITS: processes, file size, address space), then reads one JSON request
+per line on standard input and answers on a copy of standard output taken before any student code
+runs (standard output itself then goes to standard error, which the grader drops):
 
-    {"op": "define", "code": "..."}            -> {"ok": null} or {"error": ..., "message": ...}
-    {"op": "call", "name": "f", "args": [...]}  -> {"ok": value} or {"error": ..., "message": ...}
+    {"op": "define", "code": "..."}            -> {"ok": null} or an error
+    {"op": "call", "name": "f", "args": [...]}  -> {"ok": value} or an error
+    {"op": "status"}                            -> {"ok": [uid, effective capabilities]}
 
-Values are plain JSON; an array travels as {"array": nested lists, "dtype": kind letter}.
+An error is {"error": kind, "message": ..., "raised": true} for an exception of student code
+(kind: its type's name), else {"error": "Missing" | "unencodable"}. Values are plain JSON; an
+array travels as {"array": nested lists, "dtype": kind letter}.
 """
 
 import json
 import os
+import resource
 import sys
 import warnings
 
+_limits = os.environ.pop("SERA_SANDBOX_LIMITS", "")
+for _name, _value in zip(("RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_AS"),
+                         _limits.split(",") if _limits else ["", "", ""], strict=True):
+    if _value:
+        resource.setrlimit(getattr(resource, _name), (int(_value), int(_value)))
 _answers = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
 warnings.simplefilter("ignore")  # a warning is the student's business, never a lost point
 
 import numpy as np  # noqa: E402 - after the streams are set
+
+
+class _Unencodable(Exception):
+    """The function returned something that is not a number, an array or a list of them."""
 
 
 def _decode(value):
@@ -34,16 +48,28 @@ def _decode(value):
 def _encode(value):
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "fiub":
-            raise TypeError(f"an array of {value.dtype}, not of numbers")
+            raise _Unencodable
+        if value.dtype.kind == "f":
+            value = value.astype(float)  # np.longdouble too
         kind = "i" if value.dtype.kind == "u" else value.dtype.kind
         return {"array": value.tolist(), "dtype": kind}
+    if isinstance(value, np.floating):
+        return float(value)  # np.longdouble too, rounded to the nearest float
+    if isinstance(value, (np.bool_, np.integer)):
+        return value.item()
     if isinstance(value, np.generic):
-        return _encode(value.item())
+        raise _Unencodable  # complex numbers, strings, dates
     if isinstance(value, (bool, int, float)) or value is None:
-        return value
+        return value  # json writes a subclass as its base type's number
     if isinstance(value, (list, tuple)):
         return [_encode(v) for v in value]
-    raise TypeError(f"a {type(value).__name__}, not a number or an array")
+    raise _Unencodable
+
+
+def _capabilities() -> int:
+    with open("/proc/self/status") as status:
+        line = next(x for x in status if x.startswith("CapEff:"))
+    return int(line.split()[1], 16)
 
 
 def _answer(message):
@@ -55,7 +81,9 @@ _namespace = {"__name__": "submission"}
 for _line in sys.stdin:
     _request = json.loads(_line)
     try:
-        if _request["op"] == "define":
+        if _request["op"] == "status":
+            _answer({"ok": [os.getuid(), _capabilities()]})
+        elif _request["op"] == "define":
             exec(compile(_request["code"], "<submission>", "exec"), _namespace)  # noqa: S102
             _answer({"ok": None})
         else:
@@ -63,6 +91,16 @@ for _line in sys.stdin:
             if not callable(_function):
                 _answer({"error": "Missing", "message": f"no function {_request['name']}"})
                 continue
-            _answer({"ok": _encode(_function(*_decode(_request["args"])))})
+            _value = _function(*_decode(_request["args"]))
+            try:
+                _encoded = _encode(_value)
+            except (_Unencodable, RecursionError):
+                _answer({"error": "unencodable"})
+                continue
+            _answer({"ok": _encoded})
     except BaseException as _exc:  # noqa: BLE001 - every error of student code is an answer
-        _answer({"error": type(_exc).__name__, "message": str(_exc)[:300]})
+        try:
+            _message = str(_exc)[:300]
+        except BaseException:  # noqa: BLE001 - a __str__ of the student's that raises
+            _message = ""
+        _answer({"error": str(type(_exc).__name__)[:60], "message": _message, "raised": True})

@@ -27,6 +27,7 @@ write what the instructor can).
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import math
 from pathlib import Path
@@ -37,14 +38,20 @@ from nbgrader import utils
 from nbgrader.api import MissingEntry
 from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 from nbgrader.preprocessors import OverwriteCells as _NbgraderOverwriteCells
-from traitlets import Enum
+from traitlets import Enum, Float
 
 from sera.teaching.notebook_files import HIDDEN
-from sera.teaching.sandbox import MODES, Sandbox, StudentError
+from sera.teaching.sandbox import MODES, NOTEBOOK_SECONDS, Sandbox, StudentError
 
 ALLOWED_MODULES = frozenset({"numpy", "math"})
 """The modules the exercises may import from ("with numpy and math only"), in any form."""
 PASSED = "All hidden cases pass."
+GRADED_PREFIX = "check-"
+"""A graded cell's grade_id is this prefix and the name of the one function it grades."""
+EXCEPTIONS = frozenset(name for name, value in vars(builtins).items()
+                       if isinstance(value, type) and issubclass(value, BaseException))
+"""The exception types a message may name: Python's own, never a name the submission made up
+(a class named after a hidden input would carry it out)."""
 _TAKEN_OUT = "# (the hidden tests ran in the grader and are not part of the feedback)\n"
 
 
@@ -120,25 +127,24 @@ def explain(exc: BaseException) -> str:
     value or the reference."""
     if isinstance(exc, AssertionError):
         return str(exc) or "A hidden case failed."
+    if isinstance(exc, StudentError) and exc.raised:
+        return _raised(exc)
     if isinstance(exc, StudentError):
-        if exc.kind == "NotImplementedError":
-            return "Not done yet: the function still raises NotImplementedError."
         if exc.kind == "refused":
             return exc.message
-        if exc.kind in ("ModuleNotFoundError", "ImportError", "NameError") \
-                and "sera" in exc.message:
-            return ("Your function uses the sera package, which is not there when grading: "
-                    "write it with numpy and math only.")
         if exc.kind == "timeout":
             return f"Your function took too long on a hidden case ({exc.message})."
+        if exc.kind == "budget":
+            return ("Your notebook's time for grading was spent before this check ran (its "
+                    "functions are far slower than they need to be).")
         if exc.kind == "Missing":
             return (f"{exc.message} in your notebook: define it with `def` in its cell "
                     f"(the grader runs only your definitions and imports).")
+        if exc.kind == "unencodable":
+            return ("Your function returned something that is not a number, an array of "
+                    "numbers or a list of them.")
         if exc.kind in ("ended", "malformed"):
             return f"Your function's process stopped answering: {exc.message}."
-        if exc.kind == "TypeError" and exc.message.startswith(("a ", "an array")):
-            return f"Your function returned {exc.message}."
-        return f"Your function raised {exc.kind} on a hidden case: {exc.message}"
     if isinstance(exc, NameError):
         return (f"{exc}: define it with `def` in its cell (the grader runs only your definitions "
                 f"and imports).")
@@ -146,10 +152,32 @@ def explain(exc: BaseException) -> str:
             f"that it returns what the exercise asks for, in its shape.")
 
 
+def _raised(exc: StudentError) -> str:
+    """The message for an exception of the student's code on a hidden case: its type if it is
+    one of Python's, never its text (which could carry the case out)."""
+    if exc.kind == "NotImplementedError":
+        return "Not done yet: the function still raises NotImplementedError."
+    if exc.kind in ("ModuleNotFoundError", "ImportError", "NameError") and "sera" in exc.message:
+        return ("Your function uses the sera package, which is not there when grading: "
+                "write it with numpy and math only.")
+    kind = exc.kind if exc.kind in EXCEPTIONS else "an exception of its own"
+    return f"Your function raised {kind} on a hidden case."
+
+
+def graded_function(grade_id: str) -> str:
+    """The function a graded cell grades, from its grade_id (`check-<function>`)."""
+    if not grade_id.startswith(GRADED_PREFIX) or not grade_id[len(GRADED_PREFIX):].isidentifier():
+        raise ValueError(f"graded cell {grade_id!r}: a graded cell's id must be "
+                         f"{GRADED_PREFIX}<the function it grades>")
+    return grade_id[len(GRADED_PREFIX):]
+
+
 def grade_cell(hidden: str, box: Sandbox, functions: list[str],
                refused: dict[str, str]) -> str | None:
-    """Run one graded cell's hidden tests in this process against the student's functions in
-    `box`; None when every case passes, else the message for the student."""
+    """Run one graded cell's hidden tests in this process against `functions`, the student's
+    functions it grades, in `box`; None when every case passes, else the message for the
+    student. The hidden tests see those functions, numpy and math, and nothing else of the
+    submission: a student's `sum` or `min` never stands in for Python's."""
 
     def stand_in(name):
         if name in refused:
@@ -169,10 +197,6 @@ def grade_cell(hidden: str, box: Sandbox, functions: list[str],
     return None
 
 
-def _functions(code: str) -> list[str]:
-    return [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
-
-
 class SandboxedExecute(NbGraderPreprocessor):
     """Autograde's execution step with the student's code in a sandbox and the hidden tests in
     the grader (see the module's docstring)."""
@@ -182,17 +206,24 @@ class SandboxedExecute(NbGraderPreprocessor):
                         "(another process, with the grader's rights: only where student code "
                         "may run so)").tag(config=True)
 
+    budget = Float(NOTEBOOK_SECONDS,
+                   help="seconds all of one notebook's definitions and calls may take; once "
+                        "spent, its later checks score 0").tag(config=True)
+
     def preprocess(self, nb, resources):
         student = [cell.source for cell in nb.cells
                    if cell.cell_type == "code" and not utils.is_locked(cell)]
         code, refused = definitions(student)
-        functions = _functions(code)
         graded = [cell for cell in nb.cells if cell.cell_type == "code"
                   and utils.is_grade(cell) and utils.is_locked(cell)]
         who = resources.get("nbgrader", {}).get("student", "?")
         self.log.info("Grading %s's %s in a sandbox: %s", who,
                       resources.get("nbgrader", {}).get("notebook", "notebook"), self.sandbox)
-        with Sandbox(self.sandbox, hide=[Path.cwd()]) as box:
+        with Sandbox(self.sandbox, hide=[Path.cwd()], budget=self.budget) as box:
+            if self.sandbox == "bubblewrap" and not box.caps_processes:
+                self.log.warning("The grader runs as root and cannot make a cgroup here: a "
+                                 "submission's process count is not capped (its time, memory "
+                                 "per process and files are)")
             try:
                 box.define(code)
                 broken = None
@@ -204,7 +235,8 @@ class SandboxedExecute(NbGraderPreprocessor):
                 if hidden is None:
                     raise ValueError(f"graded cell {cell.metadata['nbgrader']['grade_id']} has "
                                      f"no hidden tests to grade it by")
-                why = broken or grade_cell(hidden, box, functions, refused)
+                name = graded_function(cell.metadata["nbgrader"]["grade_id"])
+                why = broken or grade_cell(hidden, box, [name], refused)
                 cell.outputs = [new_output("stream", name="stdout", text=PASSED + "\n")
                                 if why is None else
                                 new_output("error", ename="Not yet", evalue=why,

