@@ -224,7 +224,7 @@ def test_the_single_node_launcher_runs_on_cpu_as_far_as_verl_goes(tmp_path):
                     r"\(TaskRunnerV1 pid=\d+\) sera: SeraTrainerSync built "
                     r"\(trainer.v1.trainer_mode=sera_sync",
                     r"sera: history over 40 training rows \(prompts [0-9a-f]{12}\.\.\.\), 40 "
-                    r"prompts an epoch in batches of 8, n0 = 4",
+                    r"prompts an epoch in data loader batches of 8, n0 = 4",
                     r"sera: 8 prompts, counts 4\.\.4, 32 rollouts \(uniform: some prompts have "
                     r"no estimate yet\)",
                     r"ValueError: Total available GPUs 0 is less than total desired GPUs 1\s*$"])
