@@ -54,10 +54,15 @@ def _hidden(name: str) -> str:
 def graded(name: str, source: str) -> str:
     """What autograde says of the check cell for `name` when a student's cell holds `source`:
     "" for full points, else the message the student reads."""
-    code, refused = autograde.definitions(["import math\nimport numpy as np", source])
+    return graded_cells(name, ["import math\nimport numpy as np", source])
+
+
+def graded_cells(name: str, sources: list[str]) -> str:
+    """graded() for a notebook whose editable cells are `sources`, as autograde runs them."""
+    code, refused = autograde.definitions(sources)
     with Sandbox() as box:
-        box.define(code)
-        return autograde.grade_cell(_hidden(name), box, [name], refused) or ""
+        return autograde.run_cells(box, code, refused) or \
+            autograde.grade_cell(_hidden(name), box, [name], refused) or ""
 
 
 def grade(name: str, fn) -> str:
@@ -785,3 +790,37 @@ def test_each_exercise_notebook_asks_one_problem_beyond_a_transcription(path):
     points = answer.metadata["nbgrader"]["points"]
     assert rubric.startswith(f"{points} points).**") and rubric.count("(1 point)") == points
     assert release.student_cell(answer).source.endswith("YOUR ANSWER HERE")
+
+
+_KAPPA = "    return -math.expm1((n - 1) * math.log1p(-p))\n"
+CORRECT_FORMS = {  # a correct kappa written as students write it: each gets every point
+    "computed constants": ("import math\nimport numpy as np\nEPS = np.finfo(float).eps\n"
+                           "LOG2 = math.log(2)\nTINY = 10 ** -12\nHALF = 1 / 2\n"
+                           "def kappa(p, n):\n    assert EPS < TINY < HALF < LOG2\n" + _KAPPA),
+    "annotated and unpacked": ("import math\nEPS: float = 1e-300\nLO, HI = 0.0, 1.0\n"
+                               "def kappa(p, n):\n    assert LO <= p + EPS <= HI + EPS\n" + _KAPPA),
+    "a lambda": "import math\nkappa = lambda p, n: -math.expm1((n - 1) * math.log1p(-p))",
+    "a %timeit line": "import math\ndef kappa(p, n):\n" + _KAPPA + "%timeit kappa(0.5, 10)",
+    "a %%time cell": "%%time\nimport math\ndef kappa(p, n):\n" + _KAPPA,
+    "a default naming a constant": ("import math\nEPS = 1e-300\ndef kappa(p, n, eps=EPS):\n"
+                                    + _KAPPA),
+    "typing annotations": ("import math\nfrom typing import Union\n"
+                           "def kappa(p: Union[float, int], n: int) -> float:\n" + _KAPPA),
+    "np.longdouble": ("import numpy as np\ndef kappa(p, n):\n"
+                      "    return -np.expm1(np.longdouble(n - 1) * np.log1p(-np.longdouble(p)))"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(CORRECT_FORMS))
+def test_a_correct_kappa_gets_every_point_in_any_form_a_kernel_runs(form):
+    assert graded("kappa", CORRECT_FORMS[form]) == ""
+
+
+def test_a_scratch_cells_import_does_not_refuse_a_function_with_its_own_name():
+    scratch = "from scipy.special import comb\nprint(comb(5, 2))"
+    own = "import math\ndef pass_at_k(n, c, k):\n    comb = math.comb\n" \
+          "    return 1 - comb(n - c, k) / comb(n, k) if n - c >= k else 1.0"
+    assert graded_cells("pass_at_k", ["import math\nimport numpy as np", scratch, own]) == ""
+    uses = "def pass_at_k(n, c, k):\n    return 1 - comb(n - c, k) / comb(n, k)"
+    assert "uses comb, imported from scipy" in graded_cells(
+        "pass_at_k", ["import math", scratch, uses])

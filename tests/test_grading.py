@@ -111,40 +111,59 @@ def test_without_bubblewrap_grading_stops_unless_told_to_go_unfenced(monkeypatch
         Sandbox("docker")
 
 
-# A student's cells, and what autograde's sandbox runs of them: (source, names defined there,
+# A student's cells, and what autograde's sandbox runs of them: (cells, names bound there,
 # {function: why it is refused}).
 DEFINITIONS = [
-    ("from numpy import expm1, log1p, sum, abs\ndef kappa(p, n):\n    return -expm1(n * log1p(-p))",
-     {"kappa", "expm1", "log1p", "sum", "abs"}, {}),
-    ("import numpy.linalg as la\nimport math as m\nfrom math import comb\nEPS = 1e-9\n"
-     "def f(x):\n    return la.norm(x) + m.pi + comb(3, 2) + EPS",
+    (["from numpy import expm1, log1p, sum, abs\ndef kappa(p, n):\n"
+      "    return -expm1(n * log1p(-p))"], {"kappa", "expm1", "log1p", "sum", "abs"}, {}),
+    (["import numpy.linalg as la\nimport math as m\nfrom math import comb\nEPS = 1e-9\n"
+      "def f(x):\n    return la.norm(x) + m.pi + comb(3, 2) + EPS"],
      {"f", "la", "m", "comb", "EPS"}, {}),
-    ("import scipy.special\ndef f(n, k):\n    return scipy.special.comb(n, k)", {"f"},
+    (["import scipy.special\ndef f(n, k):\n    return scipy.special.comb(n, k)"], {"f"},
      {"f": "uses scipy, imported from scipy"}),
-    ("from sera.fidelity import kappa as K\ndef kappa(p, n):\n    return K(p, n)", {"kappa"},
+    (["from sera.fidelity import kappa as K\ndef kappa(p, n):\n    return K(p, n)"], {"kappa"},
      {"kappa": "uses K, imported from sera"}),
-    ("import os, numpy\ndef f():\n    return numpy.zeros(1)", {"f", "numpy"}, {}),
-    ("def f():\n    import subprocess\n    return 0", {"f"}, {"f": "imports subprocess"}),
-    ("def f():\n    from . import secret\n    return secret", {"f"}, {"f": "imports ."}),
-    ("import scipy as np\nimport numpy as np\ndef f():\n    return np.ones(1)", {"f", "np"}, {}),
-    # what is not a definition never runs: calls, prints, loops, computed names, classes
-    ("print('hi')\nget_ipython().input_transformers_cleanup.append(len)\nx = np.ones(3)\n"
-     "for i in range(3):\n    pass\nclass A:\n    pass\nkappa = lambda p, n: 0\nN = 4",
-     {"N"}, {}),
-    ("def f(:\n    pass", set(), {}),  # a cell that does not parse: left to the student's kernel
+    (["import os, numpy\ndef f():\n    return numpy.zeros(1)"], {"f", "numpy"}, {}),
+    (["def f():\n    import subprocess\n    return 0"], {"f"}, {"f": "imports subprocess"}),
+    (["def f():\n    from . import secret\n    return secret"], {"f"}, {"f": "imports ."}),
+    (["import scipy as np\nimport numpy as np\ndef f():\n    return np.ones(1)"], {"f", "np"},
+     {}),
+    # every statement runs, as in the kernel, but what calls the kernel (there is none)
+    (["print('hi')\nget_ipython().input_transformers_cleanup.append(len)\nx = np.ones(3)\n"
+      "for i in range(3):\n    pass\nclass A:\n    pass\nkappa = lambda p, n: 0\nN = 4"],
+     {"x", "i", "A", "kappa", "N"}, {}),
+    (["def f(:\n    pass"], set(), {}),  # a cell that does not parse: the kernel could not run it
+    # magics are the kernel's: a line magic is left out, a %%time cell runs its body
+    (["%timeit f(3)\ndef f(x):\n    return x\n!ls"], {"f"}, {}),
+    (["%%time\nLOG2 = math.log(2)\ndef f(x):\n    return x * LOG2"], {"LOG2", "f"}, {}),
+    # scope-aware: a function's own `comb` is not the scratch cell's scipy one
+    (["from scipy.special import comb", "import math\ndef f(n, k):\n    comb = math.comb\n"
+      "    return comb(n, k)\ndef g(n, k):\n    return comb(n, k)"], {"math", "comb", "f", "g"},
+     {"g": "uses comb, imported from scipy"}),
+    (["from scipy.special import comb", "import math\ncomb = math.comb\ndef g(n, k):\n"
+      "    return comb(n, k)"], {"math", "comb", "g"}, {}),  # bound again: the notebook's own
 ]
 
 
-@pytest.mark.parametrize("source, names, refused", DEFINITIONS)
-def test_only_definitions_and_allowed_imports_reach_the_sandbox(source, names, refused):
-    code, why = autograde.definitions([source])
-    bound = set()
-    for node in ast.parse(code).body:
-        assert isinstance(node, (ast.FunctionDef, ast.Import, ast.ImportFrom, ast.Assign))
-        bound |= {node.name} if isinstance(node, ast.FunctionDef) else \
-            {t.id for t in node.targets} if isinstance(node, ast.Assign) else \
-            {(a.asname or a.name).split(".")[0] for a in node.names}
+@pytest.mark.parametrize("sources, names, refused", DEFINITIONS)
+def test_what_autograde_runs_of_a_students_cells(sources, names, refused):
+    code, why = autograde.definitions(sources)
+    assert "get_ipython" not in code
+    tree = ast.parse(code)
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+             and isinstance(n.ctx, ast.Store)}
+    bound |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    bound |= {(a.asname or a.name).split(".")[0] for n in tree.body
+              if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
     assert bound == names and why == refused
+
+
+def test_each_statement_runs_alone_and_a_def_that_fails_is_named(box):
+    failed = box.define("def f(x, eps=EPS):\n    return x\nEPS = 1e-9\n"
+                        "def g(x, eps=EPS):\n    return x + eps\nundefined_name\n"
+                        "def h():\n    return 1")
+    assert failed == [["f", "NameError"], [None, "NameError"]]
+    assert box.call("g", 1.0) == 1.0 + 1e-9 and box.call("h") == 1
 
 
 def test_the_graders_messages_say_why_without_a_case():

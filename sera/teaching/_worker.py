@@ -6,20 +6,27 @@ limits (SERA_SANDBOX_LIMITS: processes, file size, address space), then reads on
 per line on standard input and answers on a copy of standard output taken before any student code
 runs (standard output itself then goes to standard error, which the grader drops):
 
-    {"op": "define", "code": "..."}            -> {"ok": null} or an error
+    {"op": "define", "code": "..."}            -> {"failed": [[function or null, kind], ...]}
     {"op": "call", "name": "f", "args": [...]}  -> {"ok": value} or an error
     {"op": "status"}                            -> {"ok": [uid, effective capabilities]}
 
-An error is {"error": kind, "message": ..., "raised": true} for an exception of student code
-(kind: its type's name), else {"error": "Missing" | "unencodable"}. Values are plain JSON; an
+A definition runs its code's top-level statements one at a time, each within STATEMENT_SECONDS,
+as the kernel ran the cells: a statement that raises is listed (with the function it defines,
+if it is a def) and the next one runs. An error is {"error": kind, "message": ..., "raised":
+true} for an exception of student code (kind: its type's name), else {"error": "Missing" |
+"unencodable"}. Values are plain JSON; an
 array travels as {"array": nested lists, "dtype": kind letter}.
 """
 
+import ast
 import json
 import os
 import resource
+import signal
 import sys
 import warnings
+
+STATEMENT_SECONDS = 5
 
 _limits = os.environ.pop("SERA_SANDBOX_LIMITS", "")
 for _name, _value in zip(("RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_AS"),
@@ -66,6 +73,29 @@ def _encode(value):
     raise _Unencodable
 
 
+def _late(signum, frame):
+    raise TimeoutError(f"a statement ran past {STATEMENT_SECONDS} s")
+
+
+def _define(code: str) -> list:
+    """Run code's top-level statements one at a time; [function or None, error kind] for each
+    that raised."""
+    failed = []
+    signal.signal(signal.SIGALRM, _late)
+    for statement in ast.parse(code).body:
+        name = statement.name if isinstance(statement, (ast.FunctionDef,
+                                                        ast.AsyncFunctionDef)) else None
+        try:
+            signal.setitimer(signal.ITIMER_REAL, STATEMENT_SECONDS)
+            exec(compile(ast.Module([statement], []), "<submission>", "exec"),  # noqa: S102
+                 _namespace)
+        except BaseException as exc:  # noqa: BLE001 - the student's statement, not ours
+            failed.append([name, str(type(exc).__name__)[:60]])
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    return failed
+
+
 def _capabilities() -> int:
     with open("/proc/self/status") as status:
         line = next(x for x in status if x.startswith("CapEff:"))
@@ -84,8 +114,7 @@ for _line in sys.stdin:
         if _request["op"] == "status":
             _answer({"ok": [os.getuid(), _capabilities()]})
         elif _request["op"] == "define":
-            exec(compile(_request["code"], "<submission>", "exec"), _namespace)  # noqa: S102
-            _answer({"ok": None})
+            _answer({"failed": _define(_request["code"])})
         else:
             _function = _namespace.get(_request["name"])
             if not callable(_function):

@@ -5,9 +5,10 @@ instructor's rights: a student cell can then reach the tests' tools, their expec
 course's source notebooks and the gradebook. The course's nbgrader_config.py (written by `make
 course`, `config_lines`) swaps two of autograde's steps:
 
-- `SandboxedExecute` replaces nbgrader's Execute. It reads the submission as data and sends only
-  the student's definitions (`definitions`: functions, imports of ALLOWED_MODULES, constants) to
-  a fresh interpreter in a sandbox (sera.teaching.sandbox: bubblewrap, no network, no course
+- `SandboxedExecute` replaces nbgrader's Execute. It reads the submission as data and sends the
+  student's cells as the kernel read them (`definitions`: every top-level statement but calls of
+  the kernel and imports outside ALLOWED_MODULES, run one at a time) to a fresh interpreter in a
+  sandbox (sera.teaching.sandbox: bubblewrap, no network, no course
   folder, no sera package). Each graded cell's hidden region then runs here, in the grader,
   calling the student's functions through stand-ins that carry plain values across. Nothing a
   student cell does at run time reaches the comparison or the expected values, a warning the
@@ -30,6 +31,7 @@ import ast
 import builtins
 import copy
 import math
+import symtable
 from pathlib import Path
 
 import numpy as np
@@ -43,8 +45,9 @@ from traitlets import Enum, Float
 from sera.teaching.notebook_files import HIDDEN
 from sera.teaching.sandbox import MODES, NOTEBOOK_SECONDS, Sandbox, StudentError
 
-ALLOWED_MODULES = frozenset({"numpy", "math"})
-"""The modules the exercises may import from ("with numpy and math only"), in any form."""
+ALLOWED_MODULES = frozenset({"numpy", "math", "typing", "__future__"})
+"""The modules the exercises may import from ("with numpy and math only", and typing or
+__future__ for annotations), in any form."""
 PASSED = "All hidden cases pass."
 GRADED_PREFIX = "check-"
 """A graded cell's grade_id is this prefix and the name of the one function it grades."""
@@ -69,17 +72,17 @@ def _names(node) -> list[str]:
 def definitions(sources: list[str]) -> tuple[str, dict[str, str]]:
     """What of a student's cells the grader's sandbox runs, and which functions cannot be graded.
 
-    Returns the code (each cell's top-level `def`s, its imports from ALLOWED_MODULES and its
-    names bound to a literal constant, in order) and, for each function that imports from
-    another module or uses a name imported from one, why ("imports scipy"). Everything else in
-    the cells (calls, prints, checks, cells that do not parse) is left out: it never runs."""
+    Each cell is read as the kernel reads it (IPython's input transformers turn its magics into
+    calls of get_ipython; a %%time or %%capture cell runs its body), and every top-level
+    statement of it is kept, in order (the worker runs them one at a time, so that one that
+    fails costs only itself), except those that call get_ipython (magics, shell escapes, hooks
+    of the kernel's: there is no kernel at grading) and imports from modules outside
+    ALLOWED_MODULES. Returns the code and, for each function that imports from such a module or
+    reads a global name bound by such an import (its own locals and parameters aside), why
+    ("imports scipy"). A cell that does not parse is left out, as the kernel could not run it."""
     kept, dropped, refused = [], {}, {}
     for source in sources:
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        for statement in tree.body:
+        for statement in _statements(_as_the_kernel_reads(source)):
             # one import statement may name modules on both sides of the allow-list
             split = [ast.Import(names=[alias]) for alias in statement.names] \
                 if isinstance(statement, ast.Import) else [statement]
@@ -88,32 +91,99 @@ def definitions(sources: list[str]) -> tuple[str, dict[str, str]]:
     return ast.unparse(ast.Module(body=kept, type_ignores=[])), refused
 
 
+UNWRAPPED_MAGICS = ("time", "capture")
+"""Cell magics whose body the kernel runs once in the notebook's namespace."""
+
+
+def _as_the_kernel_reads(source: str) -> str:
+    """The cell after IPython's input transformers (the cell as is where IPython is missing)."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return source
+    return TransformerManager().transform_cell(source)
+
+
+def _statements(source: str) -> list:
+    """The cell's top-level statements, a %%time or %%capture cell's body in its place."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return []
+    if len(body) == 1 and isinstance(body[0], ast.Expr) and _cell_magic(body[0].value):
+        return _statements(_as_the_kernel_reads(body[0].value.args[2].value))
+    return body
+
+
+def _cell_magic(call) -> bool:
+    """Whether call is get_ipython().run_cell_magic('time' or 'capture', line, body)."""
+    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "run_cell_magic" and len(call.args) == 3
+            and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args)
+            and call.args[0].value in UNWRAPPED_MAGICS)
+
+
+def _calls_the_kernel(node) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == "get_ipython" for n in ast.walk(node))
+
+
 def _define(node, kept: list, dropped: dict, refused: dict) -> None:
     """definitions' step for one top-level statement."""
+    if _calls_the_kernel(node):
+        return
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         outside = [m for m in _module(node) if m not in ALLOWED_MODULES]
         if outside:
             dropped.update({name: outside[0] for name in _names(node)})
-        else:
-            kept.append(node)
-            for name in _names(node):
-                dropped.pop(name, None)
-    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return
         kept.append(node)
+        for name in _names(node):
+            dropped.pop(name, None)
+        return
+    kept.append(node)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         why = [f"imports {m}" for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))
                for m in _module(n) if m not in ALLOWED_MODULES]
-        why += [f"uses {n.id}, imported from {dropped[n.id]}" for n in ast.walk(node)
-                if isinstance(n, ast.Name) and n.id in dropped]
+        why += [f"uses {name}, imported from {dropped[name]}" for name in _globals_read(node)
+                if name in dropped]
         if why:
             refused[node.name] = why[0]
         else:
             refused.pop(node.name, None)
-    elif isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
-        try:
-            ast.literal_eval(node.value)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return
-        kept.append(node)
+        dropped.pop(node.name, None)
+    else:  # a name bound again at the top level is the notebook's own from here on
+        for target in ast.walk(node):
+            if isinstance(target, ast.Name) and isinstance(target.ctx, ast.Store):
+                dropped.pop(target.id, None)
+
+
+def _globals_read(function) -> list[str]:
+    """The global names a function (and the functions and comprehensions inside it) reads: its
+    parameters and local names are its own (a `comb = math.comb` inside it is not the notebook's
+    `comb`)."""
+    table = symtable.symtable(ast.unparse(function), "<submission>", "exec")
+    names, scopes = [], list(table.get_children())
+    while scopes:
+        scope = scopes.pop()
+        names += [s.get_name() for s in scope.get_symbols()
+                  if s.is_referenced() and s.is_global()]
+        scopes += scope.get_children()
+    return sorted(set(names))
+
+
+def run_cells(box: Sandbox, code: str, refused: dict[str, str]) -> str | None:
+    """Run definitions' code in box; a function whose def raised joins `refused` with why.
+    Returns None, or the message for every check when the cells stopped the process itself
+    (it hung past the notebook's budget, or died)."""
+    try:
+        failed = box.define(code)
+    except StudentError as exc:
+        return (f"Your cells stopped the grader's process ({exc.kind}: {exc.message[:300]}): "
+                f"run your notebook from the top to find it.")
+    for name, kind in failed:
+        if name:
+            refused.setdefault(name, f"could not be defined when your cells ran ({kind})")
+    return None
 
 
 def hidden_region(source: str) -> str | None:
@@ -181,9 +251,12 @@ def grade_cell(hidden: str, box: Sandbox, functions: list[str],
 
     def stand_in(name):
         if name in refused:
+            rule = "" if refused[name].startswith("could not") else \
+                ", but these exercises are numpy and math only"
+            why = f"{name} {refused[name]}{rule}."
+
             def call(*args):
-                raise StudentError("refused", f"{name} {refused[name]}, but these exercises are "
-                                              f"numpy and math only.")
+                raise StudentError("refused", why)
             return call
         return box.function(name)
 
@@ -224,12 +297,7 @@ class SandboxedExecute(NbGraderPreprocessor):
                 self.log.warning("The grader runs as root and cannot make a cgroup here: a "
                                  "submission's process count is not capped (its time, memory "
                                  "per process and files are)")
-            try:
-                box.define(code)
-                broken = None
-            except StudentError as exc:
-                broken = (f"Your definitions raised {exc.kind} when the grader ran them "
-                          f"({exc.message}): run your notebook from the top to find it.")
+            broken = run_cells(box, code, refused)
             for cell in graded:
                 hidden = hidden_region(cell.source)
                 if hidden is None:

@@ -100,7 +100,27 @@ class Cgroup:
         for folder in self.folders:
             (folder / "cgroup.procs").write_text(str(os.getpid()))
 
+    def empty(self, seconds: float = 5.0) -> None:
+        """Kill every process left in the group (bubblewrap's own die with their parent, but not
+        at once) and wait until none is, so that a fresh process is not refused for them."""
+        deadline = time.monotonic() + seconds
+        counted = [f / "pids.current" for f in self.folders if (f / "pids.current").exists()]
+        while time.monotonic() < deadline:
+            left = [int(pid) for folder in self.folders[:1] for pid in
+                    (folder / "cgroup.procs").read_text().split()]
+            for pid in left:
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            # a killed process counts until its parent (init, once bubblewrap is gone) reaps it
+            if not left and all(int(c.read_text()) == 0 for c in counted):
+                return
+            time.sleep(0.01)
+
     def close(self) -> None:
+        if self.folders:
+            self.empty()
         for folder in self.folders:
             try:
                 folder.rmdir()
@@ -201,6 +221,18 @@ def _decode(value):
     raise ValueError("not a plain value")
 
 
+def _failed(value) -> list:
+    """A definition's [function or None, error kind] pairs, checked to be just that."""
+    if not isinstance(value, list) or len(value) > 10_000:
+        raise ValueError("not a list of failures")
+    for pair in value:
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], str)
+                and len(pair[1]) <= 60 and (pair[0] is None or isinstance(pair[0], str)
+                                            and pair[0].isidentifier() and len(pair[0]) <= 200)):
+            raise ValueError("not a failure")
+    return value
+
+
 MALFORMED = "the function's process answered with something else"
 WORKER_KINDS = {"Missing", "unencodable"}
 """What the worker answers of its own (an exception of student code comes with raised)."""
@@ -216,6 +248,8 @@ def _answer(line: bytes):
             raise ValueError("not an object")
         if set(answer) == {"ok"}:
             return _decode(answer["ok"])
+        if set(answer) == {"failed"}:
+            return _failed(answer["failed"])
         kind, message = answer.get("error"), answer.get("message", "")
         raised = answer.get("raised") is True
         if isinstance(kind, str) and isinstance(message, str) and len(kind) <= 60 \
@@ -242,7 +276,7 @@ class Sandbox:
         self._scratch = tempfile.TemporaryDirectory(prefix="sera-grade-")
         self._process = None
         self._code = ""
-        self._restarting = False
+        self._restarting = self._starting = False
         self._cgroup = Cgroup() if mode == "bubblewrap" else None
         self._start()
 
@@ -275,6 +309,7 @@ class Sandbox:
             env={"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1",
                  "HOME": self._scratch.name, "SERA_SANDBOX_LIMITS": _limits_variable()})
         self._buffer = b""
+        self._starting = True
         try:
             uid, capabilities = self._ask({"op": "status"}, CALL_SECONDS, charge=False)
         except StudentError as exc:
@@ -285,6 +320,8 @@ class Sandbox:
                                f"cannot run; grade on another machine, or without a sandbox "
                                f"only where student code may run with your rights "
                                f"(SandboxedExecute.sandbox = 'none')") from None
+        finally:
+            self._starting = False
         if self.mode == "bubblewrap" and (uid == 0 or capabilities != 0):
             self.close()
             raise SandboxError(f"the grading process runs as user {uid} with capabilities "
@@ -319,24 +356,32 @@ class Sandbox:
             while b"\n" not in self._buffer:
                 left = deadline - time.monotonic()
                 if left <= 0 or not selector.select(left):
-                    self._restart()
+                    self._recover()
                     raise StudentError("timeout", f"no answer within {seconds:g} s")
                 chunk = os.read(self._process.stdout.fileno(), 1 << 16)
                 if not chunk:
-                    self._restart()
+                    self._recover()
                     raise StudentError("ended", "the function's process ended (out of memory, "
                                                 "or it exited)")
                 self._buffer += chunk
                 if len(self._buffer) > ANSWER_BYTES and b"\n" not in self._buffer:
-                    self._restart()
+                    self._recover()
                     raise StudentError("malformed", MALFORMED)
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
             return _answer(line)
         except StudentError as exc:
             if exc.kind == "malformed":  # what follows on the stream cannot be trusted either
-                self._restart()
+                self._recover()
             raise
+
+    def _recover(self) -> None:
+        """After a hang, a death or an answer out of turn: a fresh process, except while one is
+        being started (its failure is the start's, reported by _start)."""
+        if self._starting:
+            self._stop()
+        else:
+            self._restart()
 
     def _restart(self) -> None:
         """A fresh process with the same definitions, after one that hung, died or answered out
@@ -353,10 +398,11 @@ class Sandbox:
             finally:
                 self._restarting = False
 
-    def define(self, code: str) -> None:
-        """Run the student's definitions in the process (StudentError if they raise)."""
+    def define(self, code: str) -> list:
+        """Run the student's code in the process, one top-level statement at a time; returns
+        [function or None, error kind] for each statement that raised (the others ran)."""
         self._code = code
-        self._ask({"op": "define", "code": code})
+        return self._ask({"op": "define", "code": code})
 
     def call(self, name: str, *args):
         """The value of the student's function `name` at args, as plain values."""
@@ -377,6 +423,8 @@ class Sandbox:
             for stream in (self._process.stdin, self._process.stdout):
                 stream.close()
             self._process = None
+            if self._cgroup is not None and self._cgroup.active:
+                self._cgroup.empty()
 
     def close(self) -> None:
         self._stop()
