@@ -175,7 +175,7 @@ def rounding(p, continuous, level, budget, n_max):
     return counts
 """
 
-# The exact max-min written with heapq alone.
+# The exact max-min written with heapq: right, but outside the import rule.
 HEAP = """
 import heapq
 
@@ -268,7 +268,6 @@ HINTS = [
     ("two_prompt_waterline", lambda p1, p2, m, lo: _waterline_with(-np.log([p1, p2]), m, lo),
      "named", "chance of failing"),
     ("rounding", solutions.rounding, "right", "below the exact integer max-min in 32."),
-    ("rounding", HEAP, "right", "correct"),
     ("rounding", WATER_FILLING.format(start="np.full(p.size, 2)"), "right", "correct"),
     ("rounding", WATER_FILLING.format(start="np.floor(continuous + 1e-9).astype(int)"), "named",
      "started from the floors"),
@@ -824,3 +823,17 @@ def test_a_scratch_cells_import_does_not_refuse_a_function_with_its_own_name():
     uses = "def pass_at_k(n, c, k):\n    return 1 - comb(n - c, k) / comb(n, k)"
     assert "uses comb, imported from scipy" in graded_cells(
         "pass_at_k", ["import math", scratch, uses])
+
+
+def test_the_public_check_and_the_grader_refuse_an_import_for_the_same_reason(capsys):
+    # A right answer that imports heapq: the student's own check and the grader both say it
+    # uses heapq, imported from heapq, and neither gives the points.
+    feedback = course.CHECKS["rounding"](_student(HEAP))
+    assert not feedback.passed and "uses heapq, imported from heapq" in feedback.message
+    assert "uses heapq, imported from heapq" in graded("rounding", HEAP)
+    from scipy.special import comb
+
+    def pass_at_k(n, c, k):  # a scratch cell's scipy comb, as the grader sees it
+        return 1 - comb(n - c, k) / comb(n, k)
+    feedback = course.CHECKS["pass_at_k"](pass_at_k)
+    assert not feedback.passed and "uses comb, imported from scipy" in feedback.message

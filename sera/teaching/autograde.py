@@ -42,12 +42,10 @@ from nbgrader.preprocessors import ClearHiddenTests, NbGraderPreprocessor
 from nbgrader.preprocessors import OverwriteCells as _NbgraderOverwriteCells
 from traitlets import Enum, Float
 
+from sera.teaching.import_rule import ALLOWED_MODULES
 from sera.teaching.notebook_files import HIDDEN
 from sera.teaching.sandbox import MODES, NOTEBOOK_SECONDS, Sandbox, StudentError
 
-ALLOWED_MODULES = frozenset({"numpy", "math", "typing", "__future__"})
-"""The modules the exercises may import from ("with numpy and math only", and typing or
-__future__ for annotations), in any form."""
 PASSED = "All hidden cases pass."
 GRADED_PREFIX = "check-"
 """A graded cell's grade_id is this prefix and the name of the one function it grades."""

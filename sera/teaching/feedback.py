@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sera.teaching import import_rule
+
 
 @dataclass(frozen=True)
 class Feedback:
@@ -75,6 +77,13 @@ def _report(name: str, fn, run, fresh=None) -> Feedback:
     a function that runs this package's own code. `fresh(fn, rng)` -> bool, if given, tries fn
     on new random cases once run passes, so that a function that looks its answers up in a
     table of the check's own cases is not told it is right."""
+    why = import_rule.refusal(fn)
+    if why is not None:  # what the grader says of it, from the same rule
+        feedback = Feedback(True, False, f"{name}: not yet. Your function {why}, but these "
+                                         f"exercises are numpy and math only: it gets no points "
+                                         f"at grading.")
+        print("---- " + feedback.message)
+        return feedback
     watched = _Watched(fn)
     try:
         hint = run(watched)
