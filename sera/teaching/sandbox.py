@@ -65,6 +65,7 @@ class Cgroup:
 
     def __init__(self):
         self.folders: list[Path] = []
+        self.counts = False  # whether pids.max was set: the group caps the process count
         name = f"sera-grade-{os.getpid()}-{id(self)}"
         limits = {"pids": {"pids.max": PROCESSES + 2},
                   "memory": {"memory.max": NOTEBOOK_MEMORY_BYTES,
@@ -77,8 +78,10 @@ class Cgroup:
                 for file, value in files.items():
                     if (folder / file).exists():
                         (folder / file).write_text(str(value))
+                        self.counts |= file == "pids.max"
         except OSError:
             self.close()
+            self.counts = False
 
     @staticmethod
     def _parents(limits):
@@ -284,7 +287,7 @@ class Sandbox:
     def caps_processes(self) -> bool:
         """Whether the submission's process count is capped here: by RLIMIT_NPROC, which the
         kernel does not apply to a root grader's processes, or by its cgroup."""
-        return self.mode == "bubblewrap" and (os.geteuid() != 0 or self._cgroup.active)
+        return self.mode == "bubblewrap" and (os.geteuid() != 0 or self._cgroup.counts)
 
     def _start(self) -> None:
         command = [sys.executable, "-I", "-c", _WORKER()]
