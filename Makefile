@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM)/.installed
 SCALE := .venv-scale
 SCALE_STAMP := $(SCALE)/.installed
 
-.PHONY: room-vision room-vllm room-scale results browser-deps study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-after-suite test-extras test-fast test-vision test-vllm test-integrations test-browser envs figures site course lint bench install clean clean-notebooks
+.PHONY: room-vision room-vllm room-scale results browser-deps study gpu-check gpu-check-cpu gpu-check-cpu-scale gpu-check-cpu-vision gpu-wheels test test-after-suite test-extras test-fast test-vision test-vllm test-integrations test-browser envs figures lab site course lint bench install clean clean-notebooks
 
 install: $(STAMP)
 
@@ -34,12 +34,23 @@ $(STAMP): pyproject.toml constraints.txt
 		-e ".[notebooks,train,dev]"
 	touch $(STAMP)
 
-# Two notebooks side by side, one torch thread each (kernels inherit OMP_NUM_THREADS=1).
+# As many notebooks side by side as the machine has cores and memory for, one torch thread each
+# (kernels inherit OMP_NUM_THREADS=1); JOBS=1 runs one at a time with every core.
 # PROFILE=study first runs (or resumes) the stored long runs (`make study`), then the notebooks'
 # fast profile, whose stored-results sections read them.
+JOBS ?= auto
 figures: $(STAMP) $(if $(filter study,$(PROFILE)),study)
 	$(BIN)/python -m sera.teaching.notebooks --profile $(if $(filter study,$(PROFILE)),fast,$(PROFILE)) \
-		--jobs 2
+		--jobs $(JOBS)
+
+# JupyterLab on the project, opening the first notebook; LAB_OPTIONS passes more options
+# (`make lab LAB_OPTIONS=--no-browser` on a machine without a browser), LAB_ROOT serves another
+# copy of the project.
+LAB_ROOT ?= .
+LAB_OPTIONS ?=
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(LAB_ROOT) \
+		--ServerApp.default_url=/lab/tree/notebooks/01_finite_rollout_fidelity.ipynb $(LAB_OPTIONS)
 
 # The confirmation runs of notebook 08's regime map (hours on two cores; resumable): every run's
 # tables land in data/study/<point>/ with their provenance as it finishes.

@@ -1,7 +1,7 @@
 """The README's two commands timed in a fresh clone, as a new user runs them, and where the
 time goes.
 
-Usage: python benchmarks/two_commands.py [--keep] [--targets figures test]
+Usage: .venv/bin/python benchmarks/two_commands.py [--keep] [--avx2] [--targets figures test]
 
 Clones the committed HEAD into a temporary folder, runs `make figures` then `make test` there
 (each sets up .venv/ on first use, so the first command pays for the set-up), and prints each
@@ -13,8 +13,11 @@ time from one recipe line to the next), the test files by time and the slowest t
 each command the machine's busy and idle CPU
 time (from /proc/stat): the busy core-seconds over the core count is the least wall time any
 schedule of that work could take, so it tells a cut of work from a better packing; then the
-tracked files the commands changed (none, where every figure is reproducible). Run it alone:
-anything else on the two cores is in the numbers.
+tracked files the commands changed (none, where every figure is reproducible), and one core's
+speed on the same work (benchmarks/core_speed.py, in the clone), so that the times can be read on
+another machine. --avx2 sets all four limits of `sera.teaching.machine.avx2_limits()` (torch's
+ATen, MKL, oneDNN and numpy run their AVX2 code, as on most laptops). Run it alone: anything else
+on the cores is in the numbers.
 """
 
 import argparse
@@ -86,16 +89,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", nargs="+", default=["figures", "test"])
     parser.add_argument("--keep", action="store_true", help="keep the clone")
+    parser.add_argument("--avx2", action="store_true",
+                        help="run torch, MKL, oneDNN and numpy's AVX2 code on an AVX-512 machine")
     args = parser.parse_args()
     root = Path(__file__).resolve().parents[1]
+    limits = {}
+    if args.avx2:
+        sys.path.insert(0, str(root))
+        from sera.teaching import machine
+
+        limits = machine.avx2_limits()
     folder = Path(tempfile.mkdtemp(prefix="two-commands."))
     subprocess.run(["git", "clone", "-q", str(root), str(folder / "repo")], check=True)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=folder / "repo",
                           capture_output=True, text=True).stdout.strip()
     print(f"fresh clone of {head} in {folder / 'repo'}; {os.cpu_count()} cores")
-    env = {**os.environ, "PYTEST_ADDOPTS": "--durations=0 --durations-min=0.5"}
-    print(f"ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', '(unset: the CPU best)')}"
-          f", NPY_DISABLE_CPU_FEATURES={os.environ.get('NPY_DISABLE_CPU_FEATURES', '(unset)')}")
+    env = {**os.environ, **limits, "PYTEST_ADDOPTS": "--durations=0 --durations-min=0.5"}
+    print(", ".join(f"{name}={env.get(name, '(unset)')}" for name in (
+        "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA",
+        "NPY_DISABLE_CPU_FEATURES")))
     failed = False
     for target in args.targets:
         before = cpu_seconds()
@@ -141,6 +153,12 @@ def main() -> int:
             print("    slowest tests:")
             for seconds, test in sorted(timed_tests, reverse=True)[:20]:
                 print(f"      {seconds:7.1f} s  {test}")
+    if (folder / "repo" / ".venv" / "bin" / "python").exists():
+        speed = subprocess.run([".venv/bin/python", "benchmarks/core_speed.py"],
+                               cwd=folder / "repo", env=env, capture_output=True, text=True)
+        print("one core on the same work, timed alone after the commands:")
+        for line in (speed.stdout + speed.stderr).strip().splitlines():
+            print(f"    {line}")
     left = subprocess.run(["git", "status", "--porcelain"], cwd=folder / "repo",
                           capture_output=True, text=True).stdout.splitlines()
     print(f"files the commands left changed in the clone: {len(left)}")

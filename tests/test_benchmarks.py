@@ -32,3 +32,15 @@ def test_the_slider_benchmark_prints_frames_a_second_for_an_explorer():
     assert header.split()[:3] == ["explorer", "frames/s", "frame"]
     name, rate, frame = row.split()[:3]
     assert name == "kappa" and abs(float(rate) * float(frame) - 1000) < 0.1 * 1000
+
+
+def test_the_core_speed_benchmark_prints_a_step_time_per_model_and_a_speed():
+    out = _run("benchmarks/core_speed.py", "--steps", "2")
+    lines = out.splitlines()
+    assert lines[0].startswith("one torch thread; torch ") and "dispatch" in lines[0]
+    rows = [line for line in lines if "ms a step" in line]
+    assert [row.split()[0] for row in rows] == ["maze", "digits"]
+    for row in rows:  # steps/s is the inverse of the step time, as printed
+        ms, rate = float(row.split("ms a step")[0].split()[-1]), float(row.split()[-2])
+        assert abs(ms * rate - 1000) < 0.05 * 1000, row
+    assert lines[-1].startswith("per-core speed: ")

@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -86,20 +87,36 @@ def lab(tmp_path_factory):
     token = secrets.token_hex(12)
     env = {**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(settings)}
     log = open(root / "server.log", "w")  # noqa: SIM115 - closed with the server
+    # started as the README says, `make lab`, with the options a headless test needs
+    options = " ".join(["--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+                        f"--IdentityProvider.token={token}", "--LabApp.expose_app_in_browser=True"])
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-         f"--port={port}", f"--ServerApp.root_dir={root}", f"--IdentityProvider.token={token}",
-         "--LabApp.expose_app_in_browser=True"], stdout=log, stderr=subprocess.STDOUT, env=env)
+        # -o: this test's environment is the one to use, never one (re)built by make
+        ["make", "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed", "lab",
+         f"BIN={Path(sys.executable).parent}",
+         f"LAB_ROOT={root}", f"LAB_OPTIONS={options}"],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     for _ in range(300):
         try:
             socket.create_connection(("127.0.0.1", port), 0.2).close()
             break
         except OSError:
+            assert server.poll() is None, (root / "server.log").read_text()
             time.sleep(0.1)
+    # the address `make lab` opens is the first notebook
+    assert _redirect(f"http://127.0.0.1:{port}/?token={token}").endswith(
+        "/lab/tree/notebooks/01_finite_rollout_fidelity.ipynb")
     yield f"http://127.0.0.1:{port}", token
-    server.terminate()
+    os.killpg(server.pid, signal.SIGTERM)  # make and the JupyterLab it started
     server.wait(30)
     log.close()
+
+
+def _redirect(url: str) -> str:
+    """Where the server sends a browser that opens url: the last Location it answers."""
+    import urllib.request
+
+    return urllib.request.urlopen(url, timeout=30).geturl()
 
 
 @pytest.fixture(scope="module")

@@ -405,10 +405,14 @@ def test_every_figure_has_a_one_sentence_takeaway_in_the_gallery(path):
         assert f"**Take-away:** {takeaway}" in readme, figure["name"]
 
 
-def test_notebooks_run_side_by_side_and_a_failure_is_reported(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("jobs", [2, "auto"])
+def test_notebooks_run_side_by_side_and_a_failure_is_reported(tmp_path, capsys, monkeypatch,
+                                                              jobs):
     import argparse
 
     monkeypatch.setenv("OMP_NUM_THREADS", "4")  # restored afterwards; run_all sets it to 1
+    asked = []  # `--jobs auto` asks the machine for a count for the notebooks selected
+    monkeypatch.setattr(runner.machine, "auto_jobs", lambda count: asked.append(count) or 2)
 
     def notebook(name, code):
         nb = nbformat.v4.new_notebook(cells=[
@@ -423,9 +427,10 @@ def test_notebooks_run_side_by_side_and_a_failure_is_reported(tmp_path, capsys, 
 
     good = notebook("01_good.ipynb", "import os\nprint(os.environ['OMP_NUM_THREADS'])")
     bad = notebook("02_bad.ipynb", "raise ValueError('boom')")
-    args = argparse.Namespace(jobs=2, profile="fast", figures=tmp_path / "figures",
+    args = argparse.Namespace(jobs=jobs, profile="fast", figures=tmp_path / "figures",
                               output=tmp_path / "out")
     assert runner.run_all([good, bad], args) == 1
+    assert args.jobs == 2 and asked == ([2] if jobs == "auto" else [])
     err = capsys.readouterr().err
     assert "02_bad.ipynb" in err and "boom" in err
     executed = nbformat.read(tmp_path / "out" / "01_good.ipynb", as_version=4)
@@ -492,3 +497,28 @@ def test_06_starts_before_the_notebooks_that_read_back_its_runs(tmp_path, monkey
     args = argparse.Namespace(jobs=1, profile="fast", figures=tmp_path, output=tmp_path)
     assert runner.run_all(list(NOTEBOOKS), args) == 0
     assert started == ["06", "07", "04", "05", "08", "03", "02", "01"]
+
+
+@pytest.mark.slow
+def test_the_figures_that_train_nothing_are_the_same_bytes_with_avx2_code(tmp_path):
+    # Notebooks 01-03 draw sera's formulas, no training: a laptop with AVX2 only must redraw the
+    # committed figures byte for byte, or a newcomer's tree is dirty after the first notebook.
+    # On a machine with AVX-512, machine.avx2_limits() makes numpy and torch run their AVX2 code.
+    import subprocess
+    import sys
+
+    from sera.teaching import machine
+
+    limits = machine.avx2_limits()
+    env = {**os.environ, **limits}
+    for path in NOTEBOOKS[:3]:
+        done = subprocess.run([sys.executable, "-m", "sera.teaching.notebooks", "--only",
+                               path.name, "--figures", str(tmp_path / "figures"),
+                               "--output", str(tmp_path / "out")],
+                              env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        for name in runner.declared_figures(path):
+            for ext in ("png", "pdf"):
+                drawn = (tmp_path / "figures" / f"{name}.{ext}").read_bytes()
+                assert drawn == (ROOT / "figures" / f"{name}.{ext}").read_bytes(), \
+                    f"{name}.{ext} differs under {limits}"

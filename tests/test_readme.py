@@ -52,8 +52,9 @@ def test_readme_python_snippet_runs_as_written(snippet, tmp_path, monkeypatch):
 
 # The README's first shell blocks (the ten-minute path and the two commands) hold only these
 # commands: the suite's own runs build .venv through `make install` (make test, make figures), and
-# `make course` is run below. The later blocks are run by the trainers' and plug-ins' tests.
-RUN_BY_THE_PROJECT = {"make install", "make course", "make figures", "make test"}
+# `make course` is run below, `make lab` by tests/test_browser.py (its JupyterLab is started that
+# way). The later blocks are run by the trainers' and plug-ins' tests.
+RUN_BY_THE_PROJECT = {"make install", "make course", "make figures", "make lab", "make test"}
 
 
 def test_readme_quick_start_commands_are_ones_the_project_runs():

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 
-from sera.teaching import executions
+from sera.teaching import executions, machine
 from sera.teaching.notebook_files import (  # noqa: F401 (the runner's public names)
     KEPT_NOTEBOOK_METADATA,
     ROOT,
@@ -352,8 +352,9 @@ def main(argv=None) -> int:
     parser.add_argument("--only", default="", help="run notebooks whose name contains this")
     parser.add_argument("--figures", type=Path, default=ROOT / "figures")
     parser.add_argument("--output", type=Path, default=ROOT / "build" / "notebooks")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="notebooks run side by side (each kernel then uses one torch thread)")
+    parser.add_argument("--jobs", type=machine.jobs_option, default=1,
+                        help="notebooks run side by side (each kernel then uses one torch "
+                             "thread); auto: as many as the cores and the free memory allow")
     parser.add_argument("--gallery", action="store_true",
                         help="print the figure table of docs/gallery.md")
     parser.add_argument("--strip", action="store_true",
@@ -399,6 +400,8 @@ def run_all(selected: list[Path], args) -> int:
     import os
     from concurrent.futures import ThreadPoolExecutor
 
+    if args.jobs == "auto":
+        args.jobs = machine.auto_jobs(len(selected))
     if args.jobs > 1:
         os.environ["OMP_NUM_THREADS"] = "1"  # the kernels inherit it
     trains = {p: "runs_dir" in nbformat.read(p, as_version=4).cells[2].source for p in selected}
