@@ -50,7 +50,7 @@ LAB_ROOT ?= .
 LAB_OPTIONS ?=
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(LAB_ROOT) \
-		--ServerApp.default_url=/lab/tree/notebooks/01_finite_rollout_fidelity.ipynb $(LAB_OPTIONS)
+		--LabApp.default_url=/lab/tree/notebooks/01_finite_rollout_fidelity.ipynb $(LAB_OPTIONS)
 
 # The confirmation runs of notebook 08's regime map (hours on two cores; resumable): every run's
 # tables land in data/study/<point>/ with their provenance as it finishes.

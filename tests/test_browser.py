@@ -104,8 +104,8 @@ def lab(tmp_path_factory):
             assert server.poll() is None, (root / "server.log").read_text()
             time.sleep(0.1)
     # the address `make lab` opens is the first notebook
-    assert _redirect(f"http://127.0.0.1:{port}/?token={token}").endswith(
-        "/lab/tree/notebooks/01_finite_rollout_fidelity.ipynb")
+    assert _redirect(f"http://127.0.0.1:{port}/?token={token}") == \
+        "/lab/tree/notebooks/01_finite_rollout_fidelity.ipynb"
     yield f"http://127.0.0.1:{port}", token
     os.killpg(server.pid, signal.SIGTERM)  # make and the JupyterLab it started
     server.wait(30)
@@ -113,10 +113,11 @@ def lab(tmp_path_factory):
 
 
 def _redirect(url: str) -> str:
-    """Where the server sends a browser that opens url: the last Location it answers."""
+    """The path the server sends a browser that opens url to (its last redirect)."""
+    import urllib.parse
     import urllib.request
 
-    return urllib.request.urlopen(url, timeout=30).geturl()
+    return urllib.parse.urlsplit(urllib.request.urlopen(url, timeout=30).geturl()).path
 
 
 @pytest.fixture(scope="module")
