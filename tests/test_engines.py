@@ -151,3 +151,39 @@ def test_vllm_log_probs_equal_the_training_model_after_a_sync(vllm_engine, setup
     with torch.no_grad():
         before, _, _ = token_logprobs(setup[2], [prompts[o] for o in owner], responses)
     assert float((before - chosen).abs().max()) > 1e-2
+
+
+@pytest.mark.parametrize("chunk", [8, 512])
+@pytest.mark.parametrize("counts", [[5, 0, 3, 1], [17, 2, 2, 2], [16, 16, 16, 16], [0, 9, 0, 1]])
+def test_sharing_a_prompts_cache_gives_the_responses_of_running_it_for_every_rollout(
+        setup, chunk, counts):
+    # The oracle: transformers' generate on every rollout's own copy of its prompt (left-padded,
+    # as the engine pads), the same seed; with the prompt's cache shared, the same tokens.
+    prompts, sampling, model = setup
+    nucleus = Sampling(24, temperature=0.7, top_p=0.9, stop_token_id=sampling.stop_token_id,
+                       pad_token_id=sampling.pad_token_id)
+    for how in (sampling, nucleus):
+        for seed in range(3):
+            alone = TransformersEngine(model, chunk=chunk, share_prompts=False)
+            shared = TransformersEngine(model, chunk=chunk)
+            assert shared.generate(prompts, counts, how, seed) == \
+                alone.generate(prompts, counts, how, seed)
+
+
+def test_a_shared_prompt_runs_through_the_model_once(setup, monkeypatch):
+    prompts, sampling, model = setup
+    widths = []  # the batch of every forward pass that sees more than one token a row
+    forward = type(model).forward
+
+    def counted(self, *args, **kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[1] > 1:
+            widths.append(ids.shape[0])
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(model), "forward", counted)
+    TransformersEngine(model).generate(prompts, [16, 16, 0, 8], sampling, seed=0)
+    assert widths == [3]  # the three prompts with rollouts, once each; then one token a step
+    widths.clear()
+    TransformersEngine(model, share_prompts=False).generate(prompts, [16, 16, 0, 8], sampling, 0)
+    assert widths == [40]

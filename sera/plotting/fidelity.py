@@ -83,11 +83,6 @@ def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg
     """How uniform counts tilt the expected update of two prompts away from the exact
     likelihood gradient, and how equalized fidelity removes the tilt."""
     v = tilt_vectors(p1, p2, n, angle_deg)
-    # The arrows drawn to 12 decimals: numpy's log1p and exp differ in the last bit between its
-    # AVX2 and AVX-512 loops, and one bit can move an antialiased arrowhead's pixels, so the
-    # figure would differ by processor; rounded, every machine draws the same bytes.
-    for key in ("g1", "g2", "exact", "uniform", "equalized"):
-        v[key] = np.round(v[key], 12)
     fig, ax = new_figure(width=4.6, height=3.8)
     # The two prompts' gradients in two clearly different hues (not two greys), the exact sum in
     # black, the two batch updates in the method colours. The legend names the arrows; the

@@ -10,6 +10,7 @@ in one call, one SamplingParams(n=N_q) per prompt. Used by sera.trainers.sequenc
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass
 from typing import Protocol
@@ -40,11 +41,18 @@ class Engine(Protocol):
 class TransformersEngine:
     """Batched sampling with `model.generate` (KV cache), `chunk` sequences per call. It samples
     from the training model itself, so `sync` has nothing to do. Only the sampling's stop token
-    ends a response (not the model's own end-of-sequence tokens)."""
+    ends a response (not the model's own end-of-sequence tokens).
 
-    def __init__(self, model, chunk: int = 512):
+    share_prompts: each distinct prompt of a call is run through the model once, and its KV cache
+    copied to its N_q rollouts, which `generate` then continues from the prompt's last token;
+    without it every rollout runs its prompt again (N_q times the prompt's work, most of a short
+    response's cost). Both give the same responses for the same seed (tests/test_engines.py).
+    """
+
+    def __init__(self, model, chunk: int = 512, share_prompts: bool = True):
         self.model = model
         self.chunk = chunk
+        self.share_prompts = share_prompts
 
     def sync(self, model) -> None:
         self.model = model
@@ -64,20 +72,49 @@ class TransformersEngine:
     def _generate(self, prompts: list[list[int]], sampling: Sampling) -> list[list[int]]:
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), sampling.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, prompt in enumerate(prompts):  # left padding keeps the prompts' ends aligned
-            ids[row, width - len(prompt):] = torch.tensor(prompt)
-            mask[row, width - len(prompt):] = 1
+        ids, mask = _left_padded(prompts, width, sampling.pad_token_id, device)
         was_training = self.model.training
         self.model.eval()
+        shared = self._shared_prompts(prompts, width, sampling.pad_token_id, device) \
+            if self.share_prompts and width > 1 else {}
         out = self.model.generate(
-            input_ids=ids.to(device), attention_mask=mask.to(device), do_sample=True,
+            input_ids=ids, attention_mask=mask, do_sample=True,
             temperature=sampling.temperature, top_k=0, top_p=sampling.top_p,
             max_new_tokens=sampling.max_new_tokens, pad_token_id=sampling.pad_token_id,
-            eos_token_id=sampling.stop_token_id if sampling.stop_token_id is not None else [])
+            eos_token_id=sampling.stop_token_id if sampling.stop_token_id is not None else [],
+            **shared)
         self.model.train(was_training)
         return [_cut(row, sampling.stop_token_id) for row in out[:, width:].tolist()]
+
+    def _shared_prompts(self, prompts, width: int, pad: int, device) -> dict:
+        """The KV cache of every rollout's prompt but its last token, computed once per distinct
+        prompt and copied to its rollouts, as the keyword `generate` continues from."""
+        from transformers import DynamicCache
+
+        distinct, row_of = {}, []
+        for prompt in prompts:
+            row_of.append(distinct.setdefault(tuple(prompt), len(distinct)))
+        ids, mask = _left_padded(list(distinct), width, pad, device)
+        cache = DynamicCache(config=self.model.config)
+        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters \
+            else "past_key_values"  # transformers 5.25 renamed it
+        # positions as generate counts them: from the first token of each left-padded prompt
+        positions = (mask[:, :-1].cumsum(-1) - 1).clamp(min=0)
+        self.model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions,
+                   use_cache=True, **{name: cache})
+        cache.batch_select_indices(torch.tensor(row_of, device=device))
+        return {name: cache}
+
+
+def _left_padded(prompts, width: int, pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask of prompts, left-padded to width (the prompts' ends
+    aligned)."""
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    return ids.to(device), mask.to(device)
 
 
 def _cut(tokens: list[int], stop: int | None) -> list[int]:

@@ -200,7 +200,8 @@ class SequenceStudy:
                "samples": self.config.eval_samples, "dtype": self.config.dtype,
                "sampling": dataclasses.asdict(self.evaluation), "torch": torch.__version__,
                "device": next(self.model.parameters()).device.type,
-               "chunk": self.engine.chunk, "prompts": hashlib.sha256(
+               "chunk": self.engine.chunk, "share_prompts": self.engine.share_prompts,
+               "prompts": hashlib.sha256(
                    json.dumps(self.task.val_prompts, default=int).encode()).hexdigest()}
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
         return runstore.first_evaluation(folder, digest)
