@@ -498,3 +498,28 @@ def test_06_starts_before_the_notebooks_that_read_back_its_runs(tmp_path, monkey
     assert runner.run_all(list(NOTEBOOKS), args) == 0
     assert started == ["06", "07", "04", "05", "08", "03", "02", "01"]
 
+
+
+@pytest.mark.slow
+def test_the_figures_that_train_nothing_are_the_same_bytes_with_avx2_code(tmp_path):
+    # Notebooks 01-03 draw sera's formulas, no training: a laptop with AVX2 only must redraw the
+    # committed figures byte for byte, or a newcomer's tree is dirty after the first notebook.
+    # On a machine with AVX-512, machine.avx2_limits() makes numpy and torch run their AVX2 code.
+    import subprocess
+    import sys
+
+    from sera.teaching import machine
+
+    limits = machine.avx2_limits()
+    env = {**os.environ, **limits}
+    for path in NOTEBOOKS[:3]:
+        done = subprocess.run([sys.executable, "-m", "sera.teaching.notebooks", "--only",
+                               path.name, "--figures", str(tmp_path / "figures"),
+                               "--output", str(tmp_path / "out")],
+                              env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        for name in runner.declared_figures(path):
+            for ext in ("png", "pdf"):
+                drawn = (tmp_path / "figures" / f"{name}.{ext}").read_bytes()
+                assert drawn == (ROOT / "figures" / f"{name}.{ext}").read_bytes(), \
+                    f"{name}.{ext} differs under {limits}"

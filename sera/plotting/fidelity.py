@@ -84,6 +84,11 @@ def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg
     likelihood gradient, and how equalized fidelity removes the tilt."""
     v = tilt_vectors(p1, p2, n, angle_deg)
     fig, ax = new_figure(width=4.6, height=3.8)
+    # Fixed margins: the constrained layout of an equal-aspect axes under a two-line title never
+    # settled at the screen's resolution (each redraw moved the arrows by a pixel, in a cycle of
+    # three), and one bit of an arrow's end could tip it, so the figure differed by processor.
+    fig.set_layout_engine("none")
+    ax.set_position([0.14, 0.12, 0.83, 0.74])  # left, bottom, width, height
     # The two prompts' gradients in two clearly different hues (not two greys), the exact sum in
     # black, the two batch updates in the method colours. The legend names the arrows; the
     # numbers a slider moves sit in the title.
