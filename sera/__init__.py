@@ -1,7 +1,8 @@
 """sera: Scale-Equalized Rollout Allocation for finite-rollout Maximum Likelihood RL.
 
-The math core (fidelity, allocation, history, passk, plotting) needs numpy, scipy, pandas and
-matplotlib only; torch is imported by the modules that train.
+`import sera` loads numpy and the math core only (fidelity, allocation, the estimators, the
+history, Pass@K and the methods' plans); pandas comes with sera.results and the studies,
+matplotlib with sera.plotting, and torch with the modules that train.
 """
 
 from sera.allocation import Allocation, Waterline, allocate, uniform, waterline

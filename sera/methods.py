@@ -28,6 +28,7 @@ import numpy as np
 
 from sera import _checks
 from sera.allocation import Allocation, allocate, from_counts, uniform
+from sera.allocator_config import AllocatorConfig
 from sera.baselines import COMPARED, CeroAllocator
 from sera.estimators import (
     grpo_advantages,
@@ -255,8 +256,8 @@ def estimate(method: Method, history: SuccessHistory, ids: np.ndarray,
 
 
 @timed
-def plan(method: Method, allocator, n0: int, ids: np.ndarray, estimates: np.ndarray,
-         available: np.ndarray | None = None, state: dict | None = None,
+def plan(method: Method, allocator: AllocatorConfig, n0: int, ids: np.ndarray,
+         estimates: np.ndarray, available: np.ndarray | None = None, state: dict | None = None,
          history: SuccessHistory | None = None) -> Allocation | None:
     """The batch's Allocation from its estimates (`estimate`); None for methods without
     rollouts. Every method plans here.
