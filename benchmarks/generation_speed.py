@@ -1,8 +1,11 @@
 """Rollout generation on this machine: the batched transformers engine (all rollouts of a batch
-in a few generate calls, KV cache) against one generate call per rollout, in one run.
+in a few generate calls, KV cache, each distinct prompt run once and its cache shared by its
+rollouts) against the same engine running every rollout's prompt again, and against one generate
+call per rollout, in one run.
 
 Usage: python benchmarks/generation_speed.py [--prompts 16] [--n0 8]
-Prints tokens per second of each and the speed-up (limit: at least 5x).
+Prints tokens per second of each, the speed-up of sharing the prompts' cache, and the batched
+speed-up over one call per rollout (limit: at least 5x).
 """
 
 import argparse
@@ -32,6 +35,8 @@ def main():
     counts = [args.n0] * len(prompts)
     results = {}
     for name, engine in (("batched", TransformersEngine(model)),
+                         ("batched, prompt per rollout", TransformersEngine(model,
+                                                                            share_prompts=False)),
                          ("one call per rollout", SingleRolloutEngine(model))):
         engine.generate(prompts[:1], [1], sampling, seed=0)  # warm up
         start = time.perf_counter()
@@ -39,11 +44,13 @@ def main():
         seconds = time.perf_counter() - start
         tokens = sum(len(r) for r in out)
         results[name] = seconds
-        print(f"{name:22s} {len(out)} rollouts, {tokens} tokens in {seconds:6.2f} s: "
+        print(f"{name:28s} {len(out)} rollouts, {tokens} tokens in {seconds:6.2f} s: "
               f"{tokens / seconds:8.0f} tokens/s")
     speedup = results["one call per rollout"] / results["batched"]
+    shared = results["batched, prompt per rollout"] / results["batched"]
     print(f"threads={torch.get_num_threads()} model {sum(p.numel() for p in model.parameters()):,} "
-          f"parameters; batched speed-up {speedup:.1f}x (limit 5x)")
+          f"parameters; sharing each prompt's cache {shared:.2f}x; batched speed-up "
+          f"{speedup:.1f}x (limit 5x)")
 
 
 if __name__ == "__main__":

@@ -127,6 +127,9 @@ def _cut(tokens: list[int], stop: int | None) -> list[int]:
 class SingleRolloutEngine(TransformersEngine):
     """One `generate` call per rollout: the baseline the batched engine is measured against."""
 
+    def __init__(self, model, chunk: int = 512):
+        super().__init__(model, chunk, share_prompts=False)  # one prompt a call: nothing shared
+
     def generate(self, prompts, counts, sampling, seed):
         torch.manual_seed(seed)
         out = []
