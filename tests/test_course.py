@@ -553,6 +553,10 @@ def _routes(course: Path) -> dict[str, dict[str, str]]:
             "def kappa(p, n):\n" + stub)},
         # the hidden inputs carried out in an error's text
         "leak-inputs": {"kappa": "def kappa(p, n):\n    raise ValueError(repr((p, n)))\n"},
+        # the hidden inputs in a "no such function" answer forged on the answer stream
+        "forged-missing": {"kappa": (
+            "def kappa(p, n):\n    __import__('os').write(3, ('{\"error\": \"Missing\", "
+            "\"message\": \"inputs ' + repr((p, n)) + '\"}\\n').encode())\n" + stub)},
         # an answer nested past what a JSON parser takes, written on the answer stream
         "deep-answer": {"kappa": (
             "def kappa(p, n):\n    __import__('os').write(3, b'[' * 100000 + b']' * 100000"
@@ -656,6 +660,10 @@ def test_nbgrader_autogrades_in_the_sandbox_and_no_route_around_it_scores(tmp_pa
     said = [o.get("evalue") for c in leak.cells if c.metadata.get("nbgrader", {}).get(
         "grade_id") == "check-kappa" for o in c.outputs]
     assert said == ["Your function raised ValueError on a hidden case."], said
+    forged = nbformat.reads(graded["forged-missing"], as_version=4)
+    said = [o.get("evalue") for c in forged.cells if c.metadata.get("nbgrader", {}).get(
+        "grade_id") == "check-kappa" for o in c.outputs]
+    assert said and all("no function kappa" in x and "inputs" not in x for x in said), said
     for student in routes:  # nothing of the hidden tests in any graded notebook
         assert "BEGIN HIDDEN" not in graded[student] and "expm1" not in graded[student]
     # The feedback students get: the failed kind of case and the likely mistake, and nothing of

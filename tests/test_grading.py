@@ -292,6 +292,25 @@ def test_an_answer_out_of_turn_is_that_calls_refusal_and_the_next_call_is_answer
         assert box.call("ok", 7) == 7
 
 
+def test_a_forged_missing_function_carries_no_text_of_the_student_and_the_next_call_is_answered(
+        box):
+    # "Missing" is an answer the worker gives of its own (no such function), so its message was
+    # shown; a function that writes one with its inputs in the message must not get them into
+    # the feedback, and the real answer that follows it on the stream must not answer the next
+    # call
+    box.define("import os, json\ndef ok(x):\n    return x\n"
+               "def leak(x):\n    os.write(3, (json.dumps({'error': 'Missing', 'message': "
+               "'inputs ' + repr(x)}) + '\\n').encode())\n    return x\n")
+    with pytest.raises(StudentError) as failed:
+        box.call("leak", [16.973697409631097, 7.026302590368902])
+    assert failed.value.kind == "Missing" and failed.value.message == "no function leak"
+    assert "16.97" not in autograde.explain(failed.value)
+    assert box.call("ok", 7) == 7 and box.call("ok", 8) == 8
+    with pytest.raises(StudentError) as missing:  # a function that is not there, as before
+        box.call("absent", 1)
+    assert missing.value.message == "no function absent" and box.call("ok", 9) == 9
+
+
 def test_the_hidden_tests_see_the_graded_function_and_nothing_else_of_the_submission(box):
     # A submission that replaces builtins the hidden tests call, and one whose function puts the
     # hidden inputs into its error: the tests still judge, and the message carries no input.

@@ -190,6 +190,23 @@ def hidden_region(source: str) -> str | None:
     return None if match is None else "\n".join(match.group(0).splitlines()[1:-1])
 
 
+REPLIES = {
+    "refused": "{message}",
+    "timeout": "Your function took too long on a hidden case ({message}).",
+    "budget": "Your notebook's time for grading was spent before this check ran (its functions "
+              "are far slower than they need to be).",
+    "Missing": "{message} in your notebook: define it with `def` in its cell (the grader runs "
+               "only your definitions and imports).",
+    "unencodable": "Your function returned something that is not a number, an array of numbers "
+                   "or a list of them.",
+    "ended": "Your function's process stopped answering: {message}.",
+    "malformed": "Your function's process stopped answering: {message}.",
+}
+"""What the student reads for each kind of StudentError that is not an exception of their own
+code (the sandbox's and the worker's kinds, and an import the rule refused); {message} is the
+grader's own text, never the student's."""
+
+
 def explain(exc: BaseException) -> str:
     """What a student reads when a graded cell gives no points: never a hidden case, an expected
     value or the reference."""
@@ -197,22 +214,8 @@ def explain(exc: BaseException) -> str:
         return str(exc) or "A hidden case failed."
     if isinstance(exc, StudentError) and exc.raised:
         return _raised(exc)
-    if isinstance(exc, StudentError):
-        if exc.kind == "refused":
-            return exc.message
-        if exc.kind == "timeout":
-            return f"Your function took too long on a hidden case ({exc.message})."
-        if exc.kind == "budget":
-            return ("Your notebook's time for grading was spent before this check ran (its "
-                    "functions are far slower than they need to be).")
-        if exc.kind == "Missing":
-            return (f"{exc.message} in your notebook: define it with `def` in its cell "
-                    f"(the grader runs only your definitions and imports).")
-        if exc.kind == "unencodable":
-            return ("Your function returned something that is not a number, an array of "
-                    "numbers or a list of them.")
-        if exc.kind in ("ended", "malformed"):
-            return f"Your function's process stopped answering: {exc.message}."
+    if isinstance(exc, StudentError) and exc.kind in REPLIES:
+        return REPLIES[exc.kind].format(message=exc.message)
     if isinstance(exc, NameError):
         return (f"{exc}: define it with `def` in its cell (the grader runs only your definitions "
                 f"and imports).")

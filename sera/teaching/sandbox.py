@@ -374,7 +374,9 @@ class Sandbox:
         try:
             return _answer(line)
         except StudentError as exc:
-            if exc.kind == "malformed":  # what follows on the stream cannot be trusted either
+            # what follows on the stream cannot be trusted either; code in the process can also
+            # write a "Missing" of its own before the worker's real answer
+            if exc.kind == "malformed" or (exc.kind == "Missing" and not exc.raised):
                 self._recover()
             raise
 
@@ -409,7 +411,14 @@ class Sandbox:
 
     def call(self, name: str, *args):
         """The value of the student's function `name` at args, as plain values."""
-        return self._ask({"op": "call", "name": name, "args": _encode(list(args))})
+        try:
+            return self._ask({"op": "call", "name": name, "args": _encode(list(args))})
+        except StudentError as exc:
+            if exc.kind == "Missing" and not exc.raised:
+                # the grader's own words: code in the process can write an answer of this kind
+                # too, and its text would reach the feedback
+                raise StudentError("Missing", f"no function {name}") from None
+            raise
 
     def function(self, name: str):
         """A stand-in for the student's function `name` that calls it in the process."""
