@@ -35,6 +35,7 @@ import numpy as np
 
 import sera
 from sera import waterfill
+from sera.teaching.machine import simd_level
 from sera.waterfill import Interior, hazard, select_level
 
 
@@ -170,17 +171,6 @@ def level_paths(n0, repeats, largest, rng):
                  for name, fn in (("sort", _by_sort), ("selection", _by_selection))}
         best = best_times(calls, repeats, max(1, 20_000 // size), warm=True)
         print(f"  B={size:>9,}  " + "  ".join(f"{name} {_time(t)}" for name, t in best.items()))
-
-
-def simd_level() -> str:
-    """numpy's widest SIMD dispatch in this process (after NPY_DISABLE_CPU_FEATURES)."""
-    from numpy._core._multiarray_umath import __cpu_features__ as features
-
-    for name, label in (("AVX512_ICL", "AVX-512 (Icelake)"), ("X86_V4", "AVX-512"),
-                        ("X86_V3", "AVX2"), ("X86_V2", "SSE4.2")):
-        if features.get(name):
-            return label
-    return "baseline"
 
 
 def main():

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from sera.models import SmallCNN, decoder
+from sera.teaching.machine import simd_level
 from sera.trainers.presets import MazeConfig
 
 
@@ -58,11 +59,9 @@ def main() -> int:
     args = parser.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    from numpy._core._multiarray_umath import __cpu_features__ as features
-
-    simd = "AVX512" if features.get("X86_V4") else "AVX2" if features.get("X86_V3") else "baseline"
     print(f"one torch thread; torch {torch.__version__} capability "
-          f"{torch.backends.cpu.get_cpu_capability()}, numpy {np.__version__} dispatch {simd}; "
+          f"{torch.backends.cpu.get_cpu_capability()}, numpy {np.__version__} dispatch "
+          f"{simd_level()}; "
           f"MKL_ENABLE_INSTRUCTIONS={os.environ.get('MKL_ENABLE_INSTRUCTIONS', '(unset)')}, "
           f"ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', '(unset)')}")
     total = 0.0

@@ -126,10 +126,9 @@ def main() -> int:
             print(f"    CPU: {busy:.0f} core-s busy, {idle:.0f} idle; on {cores} cores the busy "
                   f"work alone takes at least {busy / cores:.0f} s")
         capability = subprocess.run(
-            [".venv/bin/python", "-c", "import torch, numpy; from numpy._core._multiarray_umath "
-             "import __cpu_features__ as f; print(torch.backends.cpu.get_cpu_capability(), "
-             "torch.__version__, 'AVX512' if f.get('X86_V4') else 'AVX2' if f.get('X86_V3') "
-             "else 'baseline', numpy.__version__)"],
+            [".venv/bin/python", "-c", "import torch, numpy; from sera.teaching.machine import "
+             "simd_level; print(torch.backends.cpu.get_cpu_capability(), torch.__version__, "
+             "simd_level(), numpy.__version__)"],
             cwd=folder / "repo", env=env, capture_output=True, text=True).stdout.strip()
         print(f"    torch's CPU capability and version, numpy's SIMD dispatch and version in the "
               f"clone: {capability or '?'}")

@@ -6,6 +6,7 @@ free for it, each the smaller of what the operating system and the container's c
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 from pathlib import Path
@@ -83,8 +84,6 @@ def jobs_option(value: str) -> str | int:
     except ValueError:
         count = 0
     if count < 1:
-        import argparse
-
         raise argparse.ArgumentTypeError(f"--jobs takes 'auto' or a count of 1 or more, not "
                                          f"{value!r}")
     return count
@@ -97,12 +96,28 @@ def avx2_limits() -> dict[str, str]:
     has, so that numpy is never asked to disable one it lacks)."""
     limits = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
               "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    dispatch, features = _numpy_cpu()
+    above = [name for name in dispatch
+             if (name.startswith("AVX512") or name == "X86_V4") and features.get(name)]
+    if above:
+        limits["NPY_DISABLE_CPU_FEATURES"] = " ".join(above)
+    return limits
+
+
+def simd_level() -> str:
+    """numpy's widest SIMD dispatch in this process (after NPY_DISABLE_CPU_FEATURES)."""
+    _, features = _numpy_cpu()
+    for name, label in (("AVX512_ICL", "AVX-512 (Icelake)"), ("X86_V4", "AVX-512"),
+                        ("X86_V3", "AVX2"), ("X86_V2", "SSE4.2")):
+        if features.get(name):
+            return label
+    return "baseline"
+
+
+def _numpy_cpu() -> tuple[list[str], dict[str, bool]]:
+    """numpy's dispatch targets and the CPU features it found (and left enabled)."""
     try:
         from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
     except ImportError:  # numpy before 2.0
         from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
-    above = [name for name in __cpu_dispatch__
-             if (name.startswith("AVX512") or name == "X86_V4") and __cpu_features__.get(name)]
-    if above:
-        limits["NPY_DISABLE_CPU_FEATURES"] = " ".join(above)
-    return limits
+    return __cpu_dispatch__, __cpu_features__

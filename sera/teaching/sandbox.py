@@ -374,10 +374,13 @@ class Sandbox:
         try:
             return _answer(line)
         except StudentError as exc:
-            # what follows on the stream cannot be trusted either; code in the process can also
-            # write a "Missing" of its own before the worker's real answer
-            if exc.kind == "malformed" or (exc.kind == "Missing" and not exc.raised):
+            if exc.kind == "malformed":  # what follows on the stream cannot be trusted either
                 self._recover()
+            elif exc.kind == "Missing" and not exc.raised:
+                # Code in the process can write a "Missing" of its own, with its own text, before
+                # the worker's real answer: the grader words it, and starts afresh.
+                self._recover()
+                raise StudentError("Missing", f"no function {request.get('name')}") from None
             raise
 
     def _recover(self) -> None:
@@ -411,14 +414,7 @@ class Sandbox:
 
     def call(self, name: str, *args):
         """The value of the student's function `name` at args, as plain values."""
-        try:
-            return self._ask({"op": "call", "name": name, "args": _encode(list(args))})
-        except StudentError as exc:
-            if exc.kind == "Missing" and not exc.raised:
-                # the grader's own words: code in the process can write an answer of this kind
-                # too, and its text would reach the feedback
-                raise StudentError("Missing", f"no function {name}") from None
-            raise
+        return self._ask({"op": "call", "name": name, "args": _encode(list(args))})
 
     def function(self, name: str):
         """A stand-in for the student's function `name` that calls it in the process."""
