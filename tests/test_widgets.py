@@ -1,92 +1,102 @@
-"""The notebooks' sliders, driven without a browser: every control to its ends and the two-slider
-combinations that once reached an infeasible budget; each move must redraw (the explorer's one
-figure, in place) and never raise. tests/test_browser.py drives the same controls in JupyterLab."""
+"""The notebooks' explorers, driven without a browser: every control to its ends, every track's
+numbers against sera's own functions, the drawing instructions replayed through Agg against the
+figure Agg draws, and the kernel's side of the conversation with the page (tracks, frames asked
+for, a control let go). tests/test_browser.py drives the same explorers in JupyterLab and on the
+static site."""
 
 import asyncio
-import io
-import time
+import base64
 
 import numpy as np
-import PIL.Image
 import pytest
-from matplotlib.figure import Figure
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
+from matplotlib.font_manager import FontProperties
+from matplotlib.path import Path
+from matplotlib.transforms import Affine2D, Bbox, IdentityTransform
 
-ipywidgets = pytest.importorskip("ipywidgets")
+pytest.importorskip("anywidget")
+import sera  # noqa: E402
 import sera.plotting as splot  # noqa: E402
-import sera.teaching.widgets  # noqa: E402
+import sera.teaching.widgets as widgets  # noqa: E402
+from sera.fidelity import kappa  # noqa: E402
+from sera.plotting.style import SeraFigure  # noqa: E402
+from sera.teaching.page_figure import plain, unpack  # noqa: E402
+
+NAMES = sorted(widgets.EXPLORERS)
 
 
-def _controls(explorer):
-    return explorer.controls
+def _fresh(explorer) -> dict:
+    """The numbers a fresh call of the explorer's plot function shows at its settings."""
+    return plain(explorer.plot(**explorer.settings()).numbers)
 
 
-def _shown(explorer) -> np.ndarray:
-    """The pixels of the PNG the page was last sent."""
-    return np.asarray(PIL.Image.open(io.BytesIO(explorer.image.value))).astype(int)
+@pytest.mark.parametrize("name", NAMES)
+def test_every_control_at_its_ends_shows_what_the_plot_function_draws(name):
+    explorer = widgets.EXPLORERS[name]()
+    assert explorer.numbers == _fresh(explorer)
+    for key, control in explorer._controls.items():
+        assert " " in control.label and control.label != key  # a readable label
+        for value in dict.fromkeys([control.stops[0], control.stops[-1], control.value]):
+            draws = explorer.draws
+            explorer.set(**{key: value})
+            assert explorer.draws == draws + 1 or value == control.value, (key, value)
+            assert explorer.numbers == _fresh(explorer), (key, value)
 
 
-def _shows_the_canvas(explorer) -> bool:
-    """The page was sent the figure as the canvas holds it now, losslessly, at the figure's
-    own width in pixels."""
-    canvas = np.asarray(explorer.figure.canvas.buffer_rgba()).astype(int)
-    width = explorer.figure.canvas.get_width_height()[0]
-    return np.array_equal(_shown(explorer), canvas) and explorer.image.layout.width == \
-        f"{width}px"
+def test_the_kappa_track_holds_sera_kappa_at_every_stop():
+    explorer = widgets.kappa_explorer()
+    explorer.set(n=13)
+    track = explorer.track("p")
+    stops = explorer._controls["p"].stops
+    assert len(track["frames"]) == len(track["numbers"]) == len(stops) == 99
+    for p, numbers in zip(stops, track["numbers"], strict=True):
+        assert numbers["p"] == p and numbers["n"] == 13
+        assert numbers["kappa"] == float(kappa(p, 13))  # the same float, not a near one
+        # kappa is p times the kept part of the log-success series
+        assert abs(numbers["kappa"] - p * sum(numbers["terms"])) < 1e-12
 
 
-def _move(explorer, widget, value):
-    figure, draws, old = explorer.figure, explorer.draws, widget.value
-    start = time.perf_counter()
-    widget.value = value
-    seconds = time.perf_counter() - start
-    assert explorer.figure is figure and isinstance(figure, Figure)  # redrawn in place
-    if widget.value != old:  # a move (not to where it already was) redraws
-        assert explorer.draws > draws, f"{widget.description} = {value} did not redraw"
-    return seconds
+@pytest.mark.parametrize("key", ["a", "n_max", "method"])
+def test_the_waterline_track_holds_sera_allocate_at_every_stop(key):
+    explorer = widgets.waterline_explorer()
+    explorer.set(batch=24, n0=6, n_min=3, n_max=20, seed=5)
+    track = explorer.track(key)
+    for i, numbers in enumerate(track["numbers"]):
+        s = explorer.settings({**explorer.values, key: i})
+        if not s["n_min"] <= s["n0"] <= s["n_max"]:
+            assert "does not fit" in numbers["message"]
+            continue
+        p = np.sort(np.random.default_rng(s["seed"]).beta(s["a"], s["b"], s["batch"]))
+        result = sera.allocate(p, s["batch"] * s["n0"], s["n_min"],
+                               min(s["n_max"], s["batch"] * s["n0"]), rule=s["method"])
+        assert numbers["counts"] == result.counts.tolist(), s
+        assert abs(numbers["level"] - result.level) <= 1e-9, s
+        assert np.allclose(numbers["fidelity"], result.fidelity, rtol=0, atol=1e-9)
+        assert sum(numbers["counts"]) == s["batch"] * s["n0"]
 
 
-@pytest.mark.parametrize("name", sorted(sera.teaching.widgets.EXPLORERS))
-def test_every_control_redraws_at_its_ends(name):
-    explorer = sera.teaching.widgets.EXPLORERS[name]()
-    assert isinstance(explorer.figure, Figure) and explorer.image in explorer.children
-    assert _shows_the_canvas(explorer)  # the first figure
-    controls = _controls(explorer).values()
-    assert all(getattr(control, "continuous_update", True) for control in controls)
-    times = []
-    for key, control in _controls(explorer).items():
-        assert control.description != key and " " in control.description  # readable labels
-        values = list(control.options) if hasattr(control, "options") else [control.min,
-                                                                             control.max]
-        for value in values:
-            times.append(_move(explorer, control, value))
-            assert _shows_the_canvas(explorer), (key, value)  # each redraw reaches the page
-    print(f"{name}: {len(times)} redraws, median {sorted(times)[len(times) // 2]:.3f} s")
-
-
-@pytest.mark.parametrize("name, moves", [
-    ("waterline", [("n_min", 8), ("n0", 7)]),
-    ("waterline", [("n_max", 8), ("n0", 64), ("n_min", 8)]),
-    ("safeguard", [("n_max", 8), ("n0", 9)]),
-    ("safeguard", [("n0", 32), ("n_max", 8)]),
-])
-def test_linked_sliders_never_reach_an_infeasible_budget(name, moves):
-    explorer = sera.teaching.widgets.EXPLORERS[name]()
-    controls = _controls(explorer)
-    for key, value in moves:
-        _move(explorer, controls[key], value)
-        texts = [t.get_text() for ax in explorer.figure.axes for t in ax.texts]
-        assert not any("does not fit" in t for t in texts), (moves, texts)
-    n_min = controls["n_min"].value if "n_min" in controls else 2
-    assert n_min <= controls["n0"].value <= controls["n_max"].value
+def test_the_safeguard_track_holds_sera_allocate_at_every_stop():
+    explorer = widgets.safeguard_explorer()
+    track = explorer.track("u_min")
+    for i, numbers in enumerate(track["numbers"]):
+        s = explorer.settings({**explorer.values, "u_min": i})
+        p = np.random.default_rng(s["seed"]).beta(s["a"], s["b"], s["batch"])
+        result = sera.allocate(p, s["batch"] * s["n0"], 2, s["n_max"], u_min=s["u_min"])
+        assert numbers["counts"] == result.counts.tolist()
+        assert numbers["retained"] == result.retained.tolist()
+        assert numbers["fallback"] == bool(result.fallback)
 
 
 def test_an_infeasible_setting_shows_a_message_not_a_traceback():
-    import sera.plotting as splot
-
     fig = splot.plot_waterline_beta(n0=7, n_min=8)
-    assert "does not fit the bounds" in fig.axes[0].texts[0].get_text()
-    fig = splot.plot_safeguard_beta(n0=9, n_max=8)
-    assert "does not fit the bounds" in fig.axes[0].texts[0].get_text()
+    assert "does not fit the bounds" in fig.numbers["message"]
+    explorer = widgets.safeguard_explorer()
+    explorer.set(n_max=8, n0=9)
+    assert "does not fit the bounds" in explorer.numbers["message"]
+    texts = [op["text"] for op in unpack(explorer.frame)["ops"] if "text" in op]
+    assert any("does not fit" in text for text in texts)  # what the page draws
+    explorer.set(n_max=64)  # and back to a figure
+    assert "counts" in explorer.numbers
 
 
 def test_regime_explorer_moves_over_every_simulated_setting():
@@ -96,200 +106,168 @@ def test_regime_explorer_moves_over_every_simulated_setting():
     base = simulate.SimulationConfig(eval_every=4, batch_size=4)
     table = simulate.regime_map(p0, [4], steps=8, repetitions=2, base=base)
     sweep = simulate.predicted_gain(table).assign(profile="toy", n_min=2, difficulty=1.0)
-    explorer = sera.teaching.widgets.regime_explorer(sweep)
-    for control in _controls(explorer).values():
-        assert " " in control.description
-        for value in [v for _, v in control.options]:
-            _move(explorer, control, value)
+    explorer = widgets.regime_explorer(sweep)
+    for key, control in explorer._controls.items():
+        assert " " in control.label
+        track = explorer.track(key)
+        assert len(track["frames"]) == len(control.stops)
+        for value in control.stops:
+            explorer.set(**{key: value})
+            assert explorer.numbers == _fresh(explorer)
+    assert any("image" in op for op in unpack(explorer.frame)["ops"])  # the heat map
 
 
 def test_an_explorer_shows_its_initial_figure_and_a_rerun_closes_the_old_one():
-    import base64
     import gc
 
-    first = sera.teaching.widgets.kappa_explorer()
+    import ipywidgets
+
+    first = widgets.kappa_explorer()
     bundle = first._repr_mimebundle_()
-    assert "application/vnd.jupyter.widget-view+json" in bundle  # live in JupyterLab
-    assert base64.b64decode(bundle["image/png"]).startswith(b"\x89PNG")  # static elsewhere
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert "application/vnd.jupyter.widget-view+json" in data  # live in JupyterLab
+    assert base64.b64decode(data["image/png"]).startswith(b"\x89PNG")  # a picture elsewhere
     gc.collect()
     alive = len(ipywidgets.widgets.widget._instances)
     for _ in range(3):
-        sera.teaching.widgets.kappa_explorer()  # the cell run again
+        widgets.kappa_explorer()  # the cell run again
     gc.collect()
-    assert first.comm is None and first.image.comm is None
+    assert first.comm is None
     assert len(ipywidgets.widgets.widget._instances) == alive  # nothing piles up
 
 
-def _settled_png(figure, draws: int = 6) -> bytes:
-    """The figure's PNG once a further draw no longer changes it: the constrained layout can
-    move a title or a legend by a pixel between the first draws of a figure."""
-    last = figure._repr_png_()
-    for _ in range(draws):
-        png = figure._repr_png_()
-        if png == last:
-            return png
-        last = png
-    raise AssertionError(f"the figure still changes after {draws} draws")
+def test_a_control_rejects_a_value_off_its_stops():
+    explorer = widgets.kappa_explorer()
+    with pytest.raises(ValueError, match="rollouts N.*2 to 64"):
+        explorer.set(n=65)
+    with pytest.raises(ValueError, match="no control 'q'"):
+        explorer.set(q=1)
 
 
-@pytest.mark.parametrize("name", sorted(sera.teaching.widgets.EXPLORERS))
-def test_the_live_figure_is_the_figure_a_cell_draws(name):
-    # redrawn in place (into the axes it drew last time), the explorer's figure has the same
-    # pixels as a fresh call of its plot, once both have settled
-    explorer = sera.teaching.widgets.EXPLORERS[name]()
-    for control in _controls(explorer).values():
-        _move(explorer, control, list(control.options)[-1] if hasattr(control, "options")
-              else control.max)
-        fresh = explorer.plot(**explorer.values())
-        assert _settled_png(explorer.figure) == _settled_png(fresh), control.description
+def _replayed(ops, width: int, height: int, dpi: float) -> np.ndarray:
+    """The instructions painted by Agg, as an independent reading of what they say."""
+    renderer = RendererAgg(width, height, dpi)
+    to_points = 72 / dpi
+
+    def gc_for(op):
+        gc = renderer.new_gc()
+        if "clip" in op:
+            x, y, w, h = op["clip"]
+            gc.set_clip_rectangle(Bbox.from_bounds(x, y, w, h))
+        if "stroke" in op:
+            gc.set_foreground(op["stroke"], isRGBA=True)
+            gc.set_linewidth(op["width"] * to_points)
+            if "dash" in op:
+                gc.set_dashes(op["offset"] * to_points, [d * to_points for d in op["dash"]])
+            gc.set_capstyle(op["cap"])
+            gc.set_joinstyle(op["join"])
+        else:
+            gc.set_linewidth(0)
+        return gc
+
+    def path(points, codes):
+        return Path(np.asarray(points, float).reshape(-1, 2), codes)
+
+    for op in ops:
+        gc = gc_for(op)
+        face = op.get("fill")
+        if "path" in op:
+            renderer.draw_path(gc, path(op["path"], op["codes"]), IdentityTransform(), face)
+        elif "marker" in op:
+            at = np.asarray(op["at"], float).reshape(-1, 2)
+            renderer.draw_markers(gc, path(op["marker"], op["codes"]), IdentityTransform(),
+                                  Path(at), IdentityTransform(), face)
+        elif "text" in op:
+            gc.set_foreground(op["fill"], isRGBA=True)
+            prop = FontProperties(family=op["font"], size=op["size"] * to_points,
+                                  weight=op["weight"])
+            # Agg takes a text's place from the top (RendererAgg.flipy), a path's from the bottom
+            renderer.draw_text(gc, op["x"], height - op["y"], op["text"], prop, op["angle"])
+        gc.restore()
+    return np.asarray(renderer.buffer_rgba())[..., :3].astype(int)
 
 
-@pytest.mark.parametrize("name, key, values", [
-    ("kappa", "p", np.linspace(0.1, 0.5, 12).round(2)),
-    ("tilt", "p1", np.linspace(0.05, 0.5, 12).round(2)),
-    ("waterline", "a", np.linspace(0.5, 1.0, 12).round(1)),
-    ("safeguard", "a", np.linspace(0.4, 0.9, 12).round(1)),
-])
-def test_a_drag_repaints_the_axes_contents_over_a_saved_background(name, key, values):
-    # in a kernel loop (a live notebook), frames after the first keep the axes and paint only
-    # what is drawn in them; the frame on the canvas is the figure a full draw gives, except
-    # that grid lines pass under the bars during the drag and over them at rest (under 1% of
-    # the pixels differ by more than two levels of 255: a legend copied from its picture differs
-    # from one drawn in place by at most one, which this leaves a level of room over), and the
-    # figure at rest is drawn whole
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    explorer = sera.teaching.widgets.EXPLORERS[name]()
-    figure, control = explorer.figure, explorer.controls[key]
-
-    async def drag():
-        for value in values:
-            control.value = value
-            await asyncio.sleep(0)  # the frame runs, as between two moves of the hand
-        blitted = np.asarray(figure.canvas.buffer_rgba()).astype(int)
-        assert np.array_equal(_shown(explorer), blitted)  # the page gets the frame as painted
-        for artist in sera.teaching.widgets._moving(figure):
-            artist.set_animated(False)
-        engine = figure.get_layout_engine()
-        figure.set_layout_engine("none")  # the drag's layout, drawn whole
-        FigureCanvasAgg.draw(figure.canvas)
-        figure.set_layout_engine(engine)
-        return blitted, np.asarray(figure.canvas.buffer_rgba()).astype(int)
-
-    async def drag_and_rest():
-        frames = await drag()
-        await asyncio.sleep(3 * sera.teaching.widgets.SETTLE)
-        return frames
-
-    blitted, whole = asyncio.run(drag_and_rest())
-    assert _shows_the_canvas(explorer)  # the figure laid out at rest reaches the page
-    assert explorer.draws >= 4 and explorer.blits >= explorer.draws / 2, \
-        (explorer.draws, explorer.blits)
-    differ = (np.abs(blitted - whole).max(axis=-1) > 2).mean()
-    assert differ < 0.01, f"{differ:.2%} of the pixels differ from a full draw"
-    # at rest the figure is laid out again: the one a cell draws
-    fresh = explorer.plot(**explorer.values())
-    assert _settled_png(explorer.figure) == _settled_png(fresh)
+def _far(one: np.ndarray, other: np.ndarray) -> float:
+    """The share of pixels of `one` that differ by more than 128 levels (of 255) from every pixel of
+    `other` within one pixel of it (a glyph or a line's edge may land a pixel over)."""
+    padded = np.pad(other, ((1, 1), (1, 1), (0, 0)), mode="edge")
+    height, width = one.shape[:2]
+    nearest = np.min([np.abs(one - padded[dy:dy + height, dx:dx + width]).max(axis=2)
+                      for dy in range(3) for dx in range(3)], axis=0)
+    return float((nearest > 128).mean())
 
 
-def test_a_legend_is_painted_from_its_picture_to_within_one_level():
-    # the picture of a legend (drawn alone on a transparent canvas) copied over the figure gives
-    # the pixels of the legend drawn in place, to within one level of 255; a legend that looks
-    # the same is painted from the picture it already has, a changed one gets its own
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+@pytest.mark.parametrize("name", NAMES)
+def test_the_drawing_instructions_paint_the_figure_agg_paints(name):
+    # every artist of the figure is in the instructions, where Agg puts it: replayed through
+    # Agg they give the figure's own pixels, but for text (Agg draws it at whole pixels) and
+    # points rounded to a tenth of a pixel
+    explorer = widgets.EXPLORERS[name]()
+    width, height = explorer.size
+    frame = unpack(explorer.frame)
+    replay = _replayed(frame["ops"], width, height, SeraFigure.DISPLAY_DPI)
+    canvas = FigureCanvasAgg(explorer.figure)
+    canvas.draw()
+    agg = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)
+    assert replay.shape == agg.shape
+    far = _far(replay, agg)
+    assert far < 1e-4, f"{far:.3%} of the pixels differ by more than 128 levels"
+    # the bound sees one tick label left out
+    short = [op for i, op in enumerate(frame["ops"])
+             if i != next(j for j, o in enumerate(frame["ops"]) if o.get("text"))]
+    assert _far(_replayed(short, width, height, SeraFigure.DISPLAY_DPI), agg) > 1e-4
+    # and a track's frame over its backdrop is the same picture as the figure at rest there
+    first = next(iter(explorer._controls))
+    track = explorer.track(first)
+    i = explorer.values[first]
+    ops = track["backdrops"][track["backdrop"][i]] + track["frames"][i]
+    again = _replayed(ops, width, height, SeraFigure.DISPLAY_DPI)
+    assert _far(again, agg) < 1e-4
 
-    from sera.teaching.widgets import _paint
 
-    def painted(figure, pictures):
-        canvas = FigureCanvasAgg(figure)
-        canvas.draw()
-        whole = np.asarray(canvas.buffer_rgba()).astype(int)
-        legends = [ax.get_legend() for ax in figure.axes if ax.get_legend() is not None]
-        for legend in legends:
-            legend.set_animated(True)
-        canvas.draw()
-        behind = np.asarray(canvas.buffer_rgba()).astype(int)
-        _paint(figure, legends, pictures)
-        return whole, behind, np.asarray(canvas.buffer_rgba()).astype(int), len(legends)
-
-    pictures = {}
-    for method, count in (("paper", 2), ("paper", 2), ("exact", 3)):
-        whole, behind, copied, legends = painted(splot.plot_waterline_beta(method=method),
-                                                 pictures)
-        assert legends == 2 and len(pictures) == count, (method, len(pictures))
-        assert (np.abs(whole - behind).max(axis=-1) > 2).sum() > 1000  # the legends' pixels
-        assert np.abs(whole - copied).max() <= 1, method
-
-
-def test_a_move_from_the_page_redraws_without_an_echo_and_linked_ranges_still_reach_it():
-    explorer = sera.teaching.widgets.waterline_explorer()
+def test_the_kernel_sends_tracks_answers_frames_and_keeps_a_moved_controls_track():
+    explorer = widgets.tilt_explorer()
     sent = []
+    explorer.send = lambda content, buffers=None: sent.append((content, buffers))
 
-    def recording(widget):
-        return lambda msg, buffers=None: sent.append((widget, msg))
+    async def talk():
+        explorer._message(None, {"hello": True}, [])
+        explorer._message(None, {"want": "angle_deg"}, [])
+        twenty = explorer._controls["n"].index(20)  # the page speaks in stops
+        explorer._message(None, {"frame": {**explorer.values, "n": twenty}}, [])
+        assert sent[0][0]["kind"] == "frame" and sent[0][0]["at"]["n"] == twenty  # at once
+        while explorer._queue or explorer._job:
+            await asyncio.sleep(0.01)
 
-    for control in explorer.controls.values():
-        control._send = recording(control)
-    n0, n_max, before = explorer.controls["n0"], explorer.controls["n_max"], explorer.draws
-    n0.set_state({"value": 40})  # as a message from the page sets it
-    assert n0.value == 40 and explorer.draws == before + 1
-    assert not [msg for _, msg in sent if msg["method"] == "echo_update"], sent
-    # what the kernel changes in turn (N_max's lower end follows N0) is sent as an update
-    assert any(widget is n_max and msg["state"].get("min") == 40 for widget, msg in sent), sent
-    # a stock slider echoes the same move (what the explorer's sliders leave out)
-    stock = ipywidgets.IntSlider(value=8, min=2, max=64)
-    stock._send = recording(stock)
-    stock.set_state({"value": 40})
-    assert [msg["method"] for widget, msg in sent if widget is stock] == ["echo_update"]
+    asyncio.run(talk())
+    tracks = [content["name"] for content, _ in sent if content["kind"] == "track"]
+    assert tracks[0] == "angle_deg" and sorted(tracks) == sorted(explorer._controls)
+    frame = unpack(sent[0][1][0])
+    assert frame["numbers"][0]["counts"] == list(splot.fidelity.tilt_vectors(
+        0.05, 0.3, 20, 60.0)["counts"])
+    for content, buffers in sent[1:]:  # every stop of every track, with sera's numbers
+        track = unpack(buffers[0])
+        assert len(track["frames"]) == len(explorer._controls[content["name"]].stops)
+    sent.clear()
 
+    async def let_go():
+        # the page lets the N slider go at 12
+        explorer.values = {**explorer.values, "n": explorer._controls["n"].index(12)}
+        while explorer._queue or explorer._job:
+            await asyncio.sleep(0.01)
 
-def test_a_title_drawn_again_unchanged_is_painted_from_its_picture():
-    # the first time a title looks as it does it is drawn in place and noted; the second time
-    # it is painted from its picture, to within one level of 255 of the title drawn in place
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    from sera.teaching.widgets import _paint
-
-    def painted(title, pictures):
-        fig, ax = splot.new_figure()
-        ax.plot([0, 1], [0, 1])
-        ax.set_title(title)
-        canvas = FigureCanvasAgg(fig)
-        canvas.draw()
-        whole = np.asarray(canvas.buffer_rgba()).astype(int)
-        ax.title.set_animated(True)
-        canvas.draw()
-        behind = np.asarray(canvas.buffer_rgba()).astype(int)
-        _paint(fig, [ax.title], pictures)
-        return whole, behind, np.asarray(canvas.buffer_rgba()).astype(int)
-
-    pictures = {}
-    for title, kinds in (("c = 0.5", [bool]), ("c = 0.5", [tuple]),
-                         ("c = 0.6", [tuple, bool]), ("c = 0.5", [tuple, bool])):
-        whole, behind, copied = painted(title, pictures)
-        assert sorted(type(p).__name__ for p in pictures.values()) == \
-            sorted(k.__name__ for k in kinds), (title, pictures.values())
-        assert (np.abs(whole - behind).max(axis=-1) > 2).sum() > 50  # the title's pixels
-        assert np.abs(whole - copied).max() <= 1, title
+    asyncio.run(let_go())
+    assert sorted(c["name"] for c, _ in sent if c["kind"] == "track") == ["angle_deg", "p1", "p2"]
+    assert unpack(explorer.frame)["at"]["n"] == explorer._controls["n"].index(12)
 
 
-def test_a_legend_look_tells_apart_what_changes_its_pixels():
-    # two figures drawn alike have legends that look alike; a dash pattern, a marker or a
-    # font weight alone makes another look (and so another picture)
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    from sera.teaching.widgets import _look
-
-    def look(ls=(0, (6, 2)), marker="o", weight="normal"):
-        fig, ax = splot.new_figure()
-        ax.plot([0, 1], [0, 1], ls=ls, label="line")
-        ax.errorbar([0.5], [0.5], yerr=[0.1], marker=marker, label="point")
-        ax.legend(prop={"weight": weight})
-        canvas = FigureCanvasAgg(fig)
-        canvas.draw()
-        return _look(ax.get_legend(), canvas.get_renderer())
-
-    assert look() == look()
-    assert look(ls=(0, (1, 1))) != look()
-    assert look(marker="s") != look()
-    assert look(weight="bold") != look()
+def test_the_static_explorer_holds_every_track_and_its_script():
+    explorer = widgets.kappa_explorer()
+    state = explorer.static_state()
+    assert [t["name"] for t in state["tracks"]] == ["p", "n"]
+    for t in state["tracks"]:
+        track = unpack(base64.b64decode(t["data"]))
+        assert len(track["frames"]) == len(explorer._controls[t["name"]].stops)
+    page = explorer.static_html()
+    assert "staticModel(" in page and "export default" not in page and "</script" in page
+    assert page.count("</script>") == 1  # the state cannot end the script early

@@ -48,6 +48,8 @@ def plot_waterline(p, budget: int, n_min: int = 2, n_max: int | None = None,
     bottom.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
     legend(bottom, loc="upper left", ncols=3, fontsize=7)  # above 1, clear of the bars
     integer_ticks(bottom.xaxis)
+    fig.numbers = {"p": p, "counts": result.counts, "continuous": result.continuous,
+                   "level": result.level, "fidelity": result.fidelity}
     return fig
 
 
@@ -135,6 +137,8 @@ def plot_safeguard(p, budget: int, n_min: int = 2, n_max: int = 64, u_min: float
     right.set(xlabel="p", ylabel="U(p, N)", xlim=(-0.03, 1.03), ylim=(0, 1.02),
               title=f"mixed-group probability; u_min = {u_min:g}")
     legend(right, loc="lower center")
+    fig.numbers = {"p": p, "counts": result.counts, "retained": result.retained,
+                   "fallback": result.fallback, "u": u}
     return fig
 
 

@@ -54,6 +54,7 @@ def plot_kappa_slider(p: float = 0.1, n: int = 8):
     right.set(xlabel="p", ylabel="κ(p, N)", ylim=(0, 1.02),
               title=f"N = {n}: κ({p:.2f}, {n}) = {kappa(p, n):.3f}")
     legend(right, loc="lower right")
+    fig.numbers = {"p": p, "n": n, "kappa": float(kappa(p, n)), "terms": values[kept]}
     return fig
 
 
@@ -111,6 +112,8 @@ def plot_direction_tilt(p1: float = 0.05, p2: float = 0.3, n: int = 8, angle_deg
                  "waterline N = ({:.1f}, {:.1f}): tilt {:.1f} deg".format(
                      n, *v["kappa"], v["tilt_uniform"], *v["counts"], v["tilt_equalized"]))
     legend(ax, loc="upper center", fontsize=7, ncols=1)
+    fig.numbers = {key: v[key] for key in ("kappa", "kappa_waterline", "counts", "tilt_uniform",
+                                           "tilt_equalized", "uniform", "equalized")}
     return fig
 
 

@@ -67,6 +67,8 @@ def plot_regime_map(gains: pd.DataFrame, k: int = 1, limit: float | None = None)
     axes[0][0].set_ylabel("rollouts per prompt N0")
     bar = fig.colorbar(image, ax=axes[0].tolist(), shrink=0.9)
     bar.set_label(f"SERA - MaxRL, Pass@{k}")
+    fig.numbers = {"gain": {name: _grid(part[part["profile"] == name], "gain")[0]
+                            for name in names}}
     return fig
 
 

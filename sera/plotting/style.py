@@ -121,6 +121,9 @@ class SeraFigure(Figure):
 
     DISPLAY_DPI = 80  # on screen; savefig writes 150. Fewer pixels redraw a slider faster.
     saved_png: bytes | None = None  # what sera.plotting.savefig last wrote (see there)
+    # The numbers the figure shows (counts, a level, kappa), by name, as the plot function
+    # computed them: what a page that draws the figure itself shows and can be checked against.
+    numbers: dict = {}
 
     def _repr_png_(self):
         """The PNG a notebook shows, at DISPLAY_DPI. A figure unchanged since savefig shows the
@@ -145,6 +148,7 @@ def message_figure(text: str, width: float = 6.0, height: float = 2.0):
     ax.axis("off")
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=10,
             transform=ax.transAxes)
+    fig.numbers = {"message": text}
     return fig
 
 
@@ -232,6 +236,7 @@ def new_figure(ncols: int = 1, nrows: int = 1, width: float = 4.2, height: float
         else:
             fig = _TARGETS[-1]
             kept = getattr(fig, "_sera_grid", None)
+            fig.numbers = {}
             if kept is not None and kept[0] == grid and kept[2] == fig.axes:
                 for ax in kept[2]:
                     _emptied(ax)
