@@ -365,6 +365,20 @@ def test_an_explorer_cell_shows_the_figure_it_displayed():
     assert "live in JupyterLab" in outputs[-1].data["text/markdown"]
 
 
+def test_an_explorer_of_notebooks_01_to_03_works_on_the_site_with_no_kernel():
+    pytest.importorskip("anywidget")
+    view = {"output_type": "display_data", "metadata": {}, "data": {
+        "application/vnd.jupyter.widget-view+json": {"model_id": "x", "version_major": 2,
+                                                     "version_minor": 1},
+        "image/png": "iVBORw0KGgo=", "text/plain": "Explorer(...)"}}
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "sera.teaching.widgets.kappa_explorer()", outputs=[view])])
+    assert runner.static_sliders(nb) == 1
+    [shown] = nb.cells[0].outputs  # the explorer itself, its tracks in the page; no note
+    page = shown.data["text/html"]
+    assert "staticModel(" in page and '"tracks"' in page and "image/png" not in shown.data
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_has_objectives_a_summary_and_review_questions(path):
     cells = nbformat.read(path, as_version=4).cells

@@ -134,6 +134,7 @@ function render({ model, el }) {
   style.textContent = STYLE;
   root.append(style);
   root.dataset.frames = "0";
+  root.dataset.name = model.get("name");
   // keys go to the controls, not to JupyterLab's shortcuts (arrows move between cells there)
   root.dataset.lmSuppressShortcuts = "true";
   root.addEventListener("keydown", (event) => {

@@ -85,13 +85,18 @@ def executed_copy(path: Path, executed: Path):
 
 SLIDER_NOTE = ("*The sliders are live in JupyterLab; here is the figure at their initial "
                "values.*")
+_EXPLORER_CALL = re.compile(r"widgets\.(\w+)_explorer\(\)")
 
 
 def static_sliders(nb) -> int:
-    """Replace each widget output by the figure its widget showed when the notebook ran (the PNG
-    a sera.teaching.widgets explorer displays beside its widget, else the widget state papermill
-    stores) and a note that the sliders are live in JupyterLab; drop the widget state. Returns the
-    number of slider cells replaced."""
+    """Replace each widget output: an explorer of sera.teaching.widgets that needs no data from
+    the notebook (notebooks 01-03) by the same explorer working with no kernel (its tracks at
+    the starting values in the page, see Explorer.static_html), any other by the figure its
+    widget showed when the notebook ran (the PNG an explorer displays beside its widget, else
+    the widget state papermill stores) and a note that the sliders are live in JupyterLab; drop
+    the widget state. Returns the number of slider cells replaced."""
+    from sera.teaching import widgets
+
     key = "application/vnd.jupyter.widget-state+json"
     state = nb.metadata.pop("widgets", {}).get(key, {}).get("state", {})
 
@@ -111,14 +116,20 @@ def static_sliders(nb) -> int:
                  if "application/vnd.jupyter.widget-view+json" in out.get("data", {})]
         if not views:
             continue
-        figures = [nbformat.from_dict({"output_type": "display_data", "metadata": {},
-                                       "data": {"image/png": out["data"]["image/png"]}})
-                   for view in views
-                   for out in ([view] if "image/png" in view["data"] else images(
-                       view["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]))]
-        note = nbformat.from_dict({"output_type": "display_data", "metadata": {},
-                                   "data": {"text/markdown": SLIDER_NOTE}})
-        cell.outputs = [out for out in cell.outputs if out not in views] + figures + [note]
+        live = [name for name in _EXPLORER_CALL.findall(cell.source)
+                if name in widgets.EXPLORERS]
+        if live:
+            shown = [nbformat.from_dict({"output_type": "display_data", "metadata": {}, "data": {
+                "text/html": widgets.EXPLORERS[name]().static_html()}}) for name in live]
+        else:
+            shown = [nbformat.from_dict({"output_type": "display_data", "metadata": {},
+                                         "data": {"image/png": out["data"]["image/png"]}})
+                     for view in views
+                     for out in ([view] if "image/png" in view["data"] else images(
+                         view["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]))]
+            shown.append(nbformat.from_dict({"output_type": "display_data", "metadata": {},
+                                             "data": {"text/markdown": SLIDER_NOTE}}))
+        cell.outputs = [out for out in cell.outputs if out not in views] + shown
         replaced += 1
     return replaced
 
@@ -314,9 +325,10 @@ def build_site(executed: Path | None = None, output: Path | None = None,
     for name, page in (("README.md", "index.html"), ("NOTATION.md", "NOTATION.html"),
                        ("KEY_EQUATIONS.md", "KEY_EQUATIONS.html")):
         text = (source / name).read_text().replace(".ipynb)", ".html)").replace(".md)", ".html)")
-        note = ("\n\n*A static copy that works offline: each slider cell shows its figure at "
-                "the initial values (the sliders are live in JupyterLab); a notebook page built "
-                "without a run says so and shows the committed figures.*")
+        note = ("\n\n*A static copy that works offline: the explorers of notebooks 01-03 work "
+                "here too, one slider at a time (the sliders are live in JupyterLab, where they "
+                "combine); a notebook page built without a run says so and shows the committed "
+                "figures.*")
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
             guide_for(text, "student") + note)])
         pages.append(output / page)
