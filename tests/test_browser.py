@@ -323,6 +323,7 @@ def _agrees(name: str, explorer, kernel) -> dict:
     at, numbers = _shown(explorer)
     settings = kernel.settings(dict(zip(kernel._controls, at, strict=True)))
     for key, want in _oracle(name, settings).items():
+        assert key in numbers, (name, settings, numbers)
         got = numbers[key]
         if isinstance(want, float) or (isinstance(want, list) and any(
                 isinstance(w, float) for w in want)):

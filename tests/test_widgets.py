@@ -12,7 +12,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.font_manager import FontProperties
 from matplotlib.path import Path
-from matplotlib.transforms import Affine2D, Bbox, IdentityTransform
+from matplotlib.transforms import Bbox, IdentityTransform
 
 pytest.importorskip("anywidget")
 import sera  # noqa: E402
@@ -275,3 +275,45 @@ def test_the_static_explorer_holds_every_track_and_its_script():
     page = explorer.static_html()
     assert "staticModel(" in page and "export default" not in page and "</script" in page
     assert page.count("</script>") == 1  # the state cannot end the script early
+
+
+def test_frames_asked_on_another_thread_while_tracks_are_drawn_carry_their_own_numbers():
+    # ipykernel may read a comm's messages on another thread than the loop drawing the tracks;
+    # both draw into the explorer's one figure, so each frame and track is checked against a
+    # fresh figure at its own settings
+    import random
+    import threading
+
+    explorer = widgets.safeguard_explorer()
+    sent, rng = [], random.Random(0)
+    explorer.send = lambda content, buffers=None: sent.append((content, buffers))
+    keys = list(explorer._controls)
+
+    def ask():
+        for _ in range(25):
+            key = rng.choice(keys)
+            values = {**explorer.values, key: rng.randrange(len(explorer._controls[key].stops))}
+            explorer._message(None, {"frame": values}, [])
+
+    async def talk():
+        explorer._message(None, {"hello": True}, [])
+        await asyncio.sleep(0.05)
+        other = threading.Thread(target=ask)
+        other.start()
+        while other.is_alive():
+            await asyncio.sleep(0.01)
+        while explorer._queue or explorer._job:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(talk())
+    checked = 0
+    for content, buffers in sent:
+        track = unpack(buffers[0])
+        every = range(0, len(track["numbers"]), 9)
+        stops = ([content["at"]] if content["kind"] == "frame" else
+                 [{**content["at"], content["name"]: i} for i in every])
+        for values in stops:
+            n = 0 if content["kind"] == "frame" else values[content["name"]]
+            assert track["numbers"][n] == plain(explorer.plot(**explorer.settings(values)).numbers)
+            checked += 1
+    assert checked > 25

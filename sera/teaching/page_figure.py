@@ -15,6 +15,7 @@ import base64
 import io
 import json
 import math
+import threading
 import zlib
 
 import numpy as np
@@ -22,6 +23,11 @@ from matplotlib.backend_bases import GraphicsContextBase, RendererBase
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 
 from sera.plotting.style import drawing_into, looks
+
+# One drawing at a time: ipykernel may run a comm's messages (a frame asked for, a control let go)
+# on another thread than the loop that draws the tracks, and both draw into the explorer's one
+# figure (and through sera.plotting.style's stack of figures drawn into).
+DRAWING = threading.RLock()
 
 
 def _rounded(values, digits: int) -> list:
@@ -224,13 +230,14 @@ class Tracks:
     def rest(self, settings: dict) -> dict:
         """The whole figure at `settings`, laid out: one frame."""
         figure = self.figure
-        figure.set_layout_engine("constrained")
-        with drawing_into(figure):
-            _draw(self.plot, settings)
-        figure.draw(self.recorder)  # lays the figure out, then draws it
-        self._layouts = {_grid(figure): [ax.get_position() for ax in figure.axes]}
-        figure.set_layout_engine("none")
-        return {"ops": self.recorder.take(), "numbers": plain(figure.numbers)}
+        with DRAWING:
+            figure.set_layout_engine("constrained")
+            with drawing_into(figure):
+                _draw(self.plot, settings)
+            figure.draw(self.recorder)  # lays the figure out, then draws it
+            self._layouts = {_grid(figure): [ax.get_position() for ax in figure.axes]}
+            figure.set_layout_engine("none")
+            return {"ops": self.recorder.take(), "numbers": plain(figure.numbers)}
 
     def track(self, settings: list[dict]) -> dict:
         """Frames at each of `settings` in the layout of the last `rest` (see Track)."""
@@ -279,6 +286,10 @@ class Track:
         self.frames, self.numbers, self.which, self.backdrops = [], [], [], {}
 
     def add(self, values: dict) -> None:
+        with DRAWING:
+            self._add(values)
+
+    def _add(self, values: dict) -> None:
         tracks = self.tracks
         figure, recorder = tracks.figure, tracks.recorder
         with drawing_into(figure):

@@ -1,4 +1,4 @@
-"""The notebooks' interactive figures: sliders around the sera.plotting functions, drawn in the page.
+"""The notebooks' interactive figures: sliders around sera.plotting functions, drawn in the page.
 
 Each explorer shows one figure with its sliders. The kernel draws the figure through the same
 plot function that the figure cell calls with fixed values (sliders only display), and sends the
@@ -97,6 +97,8 @@ class Explorer(anywidget.AnyWidget):
         self._tracks = Tracks(plot, self.figure)
         self._queue: deque = deque()
         self._job = None
+        self._waiting = 0  # messages waiting to draw (see _work)
+        self._working = False  # a _work is scheduled
         self._sent: dict = {}  # name -> (content, packed track) at the current values
         super().__init__(
             name=name, size=list(self._tracks.size),
@@ -139,6 +141,13 @@ class Explorer(anywidget.AnyWidget):
         self.frame = pack({"at": self.values, **rest})
 
     def _committed(self, change=None) -> None:
+        self._waiting += 1
+        try:
+            self._commit(change)
+        finally:
+            self._waiting -= 1
+
+    def _commit(self, change) -> None:
         """A control was let go (or set): draw the figure at rest there, then the tracks of the
         others, as time allows. The track of a control that moved alone still holds (the
         others are where they were)."""
@@ -162,22 +171,31 @@ class Explorer(anywidget.AnyWidget):
             self._queue.appendleft(content["want"])
         elif "frame" in content:
             values = {key: int(content["frame"][key]) for key in self._controls}
-            frames = self._tracks.track([self.settings(values)])
+            self._waiting += 1
+            try:
+                frames = self._tracks.track([self.settings(values)])
+            finally:
+                self._waiting -= 1
             self.send({"kind": "frame", "at": values}, [pack(frames)])
 
     def _schedule(self) -> None:
+        if self._working:
+            return
         try:
             asyncio.get_running_loop().call_soon(self._work)
+            self._working = True
         except RuntimeError:  # no kernel loop (a script, a test): tracks are made on demand
             pass
 
     def _work(self) -> None:
         """Draw track frames for SLICE seconds, send each track as it is done, and come back
-        after the kernel has read its messages (a frame the page asks for goes first)."""
+        after the kernel has read its messages. A message waiting to draw (ipykernel may read
+        comm messages on another thread) goes first: the slice ends for it."""
         start = time.perf_counter()
-        while time.perf_counter() - start < SLICE:
+        while time.perf_counter() - start < SLICE and not self._waiting:
             if self._job is None:
                 if not self._queue:
+                    self._working = False
                     return
                 key = self._queue.popleft()
                 self._job = (key, dict(self.values), Track(self._tracks))
@@ -186,7 +204,7 @@ class Explorer(anywidget.AnyWidget):
             if len(track) == len(self._controls[key].stops):
                 self._send_track(key, values, track.result())
                 self._job = None
-        asyncio.get_running_loop().call_soon(self._work)
+        asyncio.get_running_loop().call_later(0.002 if self._waiting else 0, self._work)
 
     def _send_track(self, key, values, track) -> None:
         message = {"kind": "track", "name": key, "at": values}
