@@ -1,82 +1,99 @@
-"""What a slider's frame costs in the kernel, explorer by explorer (sera.teaching.widgets).
+"""What an explorer's slider costs: the kernel's tracks, and the frames a browser draws in a drag.
 
-Each explorer's first slider is dragged as tests/test_browser.py drags it (0.4 of the track in
-60 moves, three times back and forth), inside an asyncio loop as in a kernel, so that frames are
-blitted as they are in the notebook. Printed per explorer: the frames a second the kernel answers
-a drag with (one over the median frame: the most a page can show, before the page's own work and
-the transport, which tests/test_browser.py measures end to end in Chromium and prints as frames a
-second in a drag), the median milliseconds of a frame
-(the plot function, then the paint and PNG that send it), the share of frames blitted, and the
-frame's cost as a share of drawing the figure whole and encoding it (the frame a plain
-matplotlib redraw would send). Ratios are from one run; absolute times drift with the machine.
+Kernel part (default), explorer by explorer (sera.teaching.widgets): the stops of all its
+controls, the milliseconds a stop of a track costs to draw (drawing instructions recorded from
+the plot function's figure), the seconds until every track at one setting is drawn (what the
+kernel does after a control is let go), the data sent for them (deflated), a frame asked for on
+its own, and that frame's cost as a share of drawing the figure whole and encoding a PNG (what a
+page fed one picture per move would wait for).
+
+Browser part (--browser): tests/test_browser.py's notebook and static-site tests in Chromium,
+which print, per notebook, the frames a second drawn during a one-second mouse drag, the messages
+the page sent meanwhile and the time from release to the last frame, in JupyterLab and on the
+static site opened from disk. --busy runs one spinning process per core beside them (a machine
+doing other work). Ratios are from one run; absolute times drift with the machine.
 
     python benchmarks/slider_frames.py [explorer ...]
+    python benchmarks/slider_frames.py --browser [--busy]
 """
 
 from __future__ import annotations
 
-import asyncio
+import argparse
+import os
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-from sera.teaching import widgets
-
-MOVES, DRAGS = 60, 3
-
-
-async def _drag(explorer) -> tuple[list[float], list[float]]:
-    """(seconds per frame, seconds of the plot function per frame) over the drags."""
-    plot, plotting = explorer.plot, []
-
-    def timed_plot(**values):
-        start = time.perf_counter()
-        figure = plot(**values)
-        plotting.append(time.perf_counter() - start)
-        return figure
-
-    explorer.plot = timed_plot
-    control = next(iter(explorer.controls.values()))
-    span = 0.4 * (control.max - control.min)
-    frames = []
-    for _ in range(DRAGS):
-        direction = 1 if control.value < (control.min + control.max) / 2 else -1
-        origin = control.value
-        for move in range(1, MOVES + 1):
-            start = time.perf_counter()
-            target = origin + direction * span * move / MOVES
-            control.value = round(target / control.step) * control.step
-            await asyncio.sleep(0)  # the frame runs here, as the kernel's loop would run it
-            frames.append(time.perf_counter() - start)
-        await asyncio.sleep(widgets.SETTLE * 2)  # the figure comes to rest between drags
-    explorer.plot = plot
-    return frames, plotting
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def _whole(explorer, repeats: int = 10) -> float:
-    """Median seconds to draw the explorer's figure whole and encode it."""
-    canvas, times = explorer.figure.canvas, []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        canvas.draw()
-        widgets._png(canvas)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def kernel(names: list[str]) -> None:
+    from sera.teaching import widgets
+    from sera.teaching.page_figure import pack
 
-
-def main(names: list[str]) -> None:
-    print(f"{'explorer':10s} {'frames/s':>9s} {'frame ms':>9s} {'plot ms':>8s} {'rest ms':>8s} "
-          f"{'blitted':>8s} {'whole ms':>9s} {'frame/whole':>12s}")
+    print(f"{'explorer':10s} {'stops':>6s} {'ms/stop':>8s} {'all tracks s':>13s} "
+          f"{'sent MB':>8s} {'frame ms':>9s} {'PNG ms':>7s} {'frame/PNG':>10s}")
     for name in names or list(widgets.EXPLORERS):
         explorer = widgets.EXPLORERS[name]()
-        frames, plotting = asyncio.run(_drag(explorer))
-        frame, plot = statistics.median(frames), statistics.median(plotting)
-        whole = _whole(explorer)
-        print(f"{name:10s} {1 / frame:9.1f} {frame * 1e3:9.1f} {plot * 1e3:8.1f} "
-              f"{(frame - plot) * 1e3:8.1f} {explorer.blits / explorer.draws:8.0%} "
-              f"{whole * 1e3:9.1f} {frame / whole:12.2f}")
+        start, size, stops = time.perf_counter(), 0, 0
+        for key, control in explorer._controls.items():
+            size += len(pack(explorer.track(key)))
+            stops += len(control.stops)
+        tracks = time.perf_counter() - start
+        frames = []
+        for _ in range(10):
+            start = time.perf_counter()
+            pack(explorer._tracks.track([explorer.settings()]))
+            frames.append(time.perf_counter() - start)
+        pngs = []
+        for _ in range(10):
+            start = time.perf_counter()
+            explorer.figure.drawn_png()
+            pngs.append(time.perf_counter() - start)
+        frame, png = statistics.median(frames), statistics.median(pngs)
+        print(f"{name:10s} {stops:6d} {tracks / stops * 1e3:8.1f} {tracks:13.1f} "
+              f"{size / 1e6:8.2f} {frame * 1e3:9.1f} {png * 1e3:7.1f} {frame / png:10.2f}")
         explorer.close()
 
 
+def browser(busy: bool) -> int:
+    spinners = []
+    if busy:
+        cores = len(os.sched_getaffinity(0))
+        spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                    for _ in range(cores)]
+        print(f"{cores} spinning processes beside the browser")
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-m", "browser", "tests/test_browser.py", "-s", "-q",
+             "-p", "no:cacheprovider", "-k", "notebook_in_the_browser or static_site"],
+            cwd=ROOT, env={**os.environ, "SERA_REQUIRE_BROWSER": "1"}, capture_output=True,
+            text=True)
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+    for line in run.stdout.splitlines():
+        if "frames/s" in line:
+            print(line.strip())
+    if run.returncode:
+        print(run.stdout[-3000:], run.stderr[-2000:])
+    return run.returncode
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("explorers", nargs="*")
+    parser.add_argument("--browser", action="store_true", help="Chromium's frames in a drag")
+    parser.add_argument("--busy", action="store_true", help="one spinning process per core")
+    args = parser.parse_args()
+    if args.browser:
+        return browser(args.busy)
+    kernel(args.explorers)
+    return 0
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main())

@@ -26,12 +26,14 @@ def test_the_allocation_benchmark_prints_its_simd_code_and_a_row_per_size():
     assert "one-shot allocators" in out and "water level" in out
 
 
-def test_the_slider_benchmark_prints_frames_a_second_for_an_explorer():
+def test_the_slider_benchmark_prints_the_tracks_cost_for_an_explorer():
     out = _run("benchmarks/slider_frames.py", "kappa")
     header, row = out.splitlines()[-2:]
-    assert header.split()[:3] == ["explorer", "frames/s", "frame"]
-    name, rate, frame = row.split()[:3]
-    assert name == "kappa" and abs(float(rate) * float(frame) - 1000) < 0.1 * 1000
+    assert header.split()[:3] == ["explorer", "stops", "ms/stop"]
+    name, stops, per_stop, whole, _, frame, png, ratio = row.split()
+    assert name == "kappa" and int(stops) == 99 + 63  # p's stops and N's
+    assert abs(float(per_stop) * int(stops) / 1000 - float(whole)) < 0.1 * float(whole) + 0.1
+    assert abs(float(frame) / float(png) - float(ratio)) < 0.02 + 0.05 * float(ratio)
 
 
 def test_the_core_speed_benchmark_prints_a_step_time_per_model_and_a_speed():

@@ -311,7 +311,7 @@ def test_the_safeguard_draws_dropped_prompts_below_the_line_they_were_dropped_fo
 
 def test_the_safeguard_count_axis_stays_put_while_the_batch_changes():
     # the count axis is set by the cap (a slider's drag over a and b keeps its ticks, so its
-    # frames can be blitted), and it holds every count with the cap line in view
+    # track's frames share one backdrop), and it holds every count with the cap line in view
     limits = set()
     for a in np.linspace(0.1, 3.0, 30):
         fig = splot.plot_safeguard_beta(a=a, b=1.5, n0=8, n_max=64)

@@ -155,7 +155,8 @@ def message_figure(text: str, width: float = 6.0, height: float = 2.0):
 def headroom(value: float) -> float:
     """The smallest of 1, 1.5, 2, 3, 4, 5, 6 and 8 times a power of ten at or above value: an
     axis limit that moves in a few steps, not with every change of the data, so that a slider's
-    figure keeps its axes (and can be blitted) while the data move within them."""
+    figure keeps its axes (the frames of a slider's track share them) while the data move within
+    them."""
     if value <= 0:
         return 1.0
     scale = 10.0 ** math.floor(math.log10(value))
