@@ -254,8 +254,13 @@ function render({ model, el }) {
     model.send({ frame: values });
   }
 
-  function keep(stops, track) {
-    track.frames.forEach((_, i) => frames.set(key(stops(i)), { track, i }));
+  // A frame at rest (laid out for its own setting) is never replaced by a track's frame of
+  // the same setting, which keeps the layout of the rest its track was drawn from.
+  function keep(stops, track, rest = false) {
+    track.frames.forEach((_, i) => {
+      const k = key(stops(i));
+      if (rest || !(frames.get(k) || {}).rest) frames.set(k, { track, i, rest });
+    });
     if (shown !== key(at) && frames.has(key(at))) request();
   }
 
@@ -269,7 +274,7 @@ function render({ model, el }) {
     const frame = await inflate(model.get("frame"));
     const stops = controls.map((c) => frame.at[c.name]);
     keep(() => stops, { frames: [frame.ops], backdrop: [0], backdrops: [[]],
-      numbers: [frame.numbers] });
+      numbers: [frame.numbers] }, true);
     if (key(stops) === key(at)) request();
   }
 
