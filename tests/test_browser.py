@@ -353,13 +353,17 @@ def _beside_the_figure(explorer, kernel, settings, shot: Path) -> float:
     side in `shot`); returns the share of pixels of either that differ by more than 128 levels
     from every pixel of the other within two pixels (the browser sets text with its own
     hinting)."""
+    import matplotlib as mpl
     import numpy as np
     import PIL.Image
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    from sera.plotting.style import RC
+
     kernel.set(**settings)
     canvas = FigureCanvasAgg(kernel.figure)
-    canvas.draw()
+    with mpl.rc_context(RC):  # as the figure cell draws it
+        canvas.draw()
     figure = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)
     page = _pixels(explorer)
     assert page.shape == figure.shape, (page.shape, figure.shape)
@@ -421,6 +425,8 @@ def test_notebook_in_the_browser(lab, browser, name):
         for control in range(_inputs(explorer).count()):  # back to the start, at rest
             _set(page, explorer, control, kernel.values[list(kernel._controls)[control]])
         _settle(page, explorer, quiet=1.0)
+        page.wait_for_function("node => node.querySelector('canvas').dataset.rest === 'true'",
+                               arg=explorer.element_handle(), timeout=60_000)  # laid out
         at, _ = _shown(explorer)
         settings = kernel.settings(dict(zip(kernel._controls, at, strict=True)))
         far[kind] = _beside_the_figure(explorer, kernel, settings,

@@ -7,6 +7,7 @@ static site."""
 import asyncio
 import base64
 
+import matplotlib as mpl
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
@@ -19,7 +20,7 @@ import sera  # noqa: E402
 import sera.plotting as splot  # noqa: E402
 import sera.teaching.widgets as widgets  # noqa: E402
 from sera.fidelity import kappa  # noqa: E402
-from sera.plotting.style import SeraFigure  # noqa: E402
+from sera.plotting.style import RC, SeraFigure  # noqa: E402
 from sera.teaching.page_figure import plain, unpack  # noqa: E402
 
 NAMES = sorted(widgets.EXPLORERS)
@@ -211,7 +212,8 @@ def test_the_drawing_instructions_paint_the_figure_agg_paints(name):
     frame = unpack(explorer.frame)
     replay = _replayed(frame["ops"], width, height, SeraFigure.DISPLAY_DPI)
     canvas = FigureCanvasAgg(explorer.figure)
-    canvas.draw()
+    with mpl.rc_context(RC):
+        canvas.draw()
     agg = np.asarray(canvas.buffer_rgba())[..., :3].astype(int)
     assert replay.shape == agg.shape
     far = _far(replay, agg)
@@ -317,3 +319,19 @@ def test_frames_asked_on_another_thread_while_tracks_are_drawn_carry_their_own_n
             assert track["numbers"][n] == plain(explorer.plot(**explorer.settings(values)).numbers)
             checked += 1
     assert checked > 25
+
+
+def test_a_rest_after_tracks_and_moves_is_laid_out_as_a_fresh_figure():
+    # a track puts the axes where the last rest laid them out, which takes them out of the
+    # layout; the next rest must lay them out again, as a fresh explorer does
+    explorer = widgets.safeguard_explorer()
+    start = dict(explorer.values)
+    for key, control in explorer._controls.items():
+        for stop in (0, len(control.stops) - 1):
+            explorer.values = {**explorer.values, key: stop}
+            explorer.track("a")
+    for key in explorer._controls:
+        explorer.values = {**explorer.values, key: start[key]}
+    fresh = widgets.Explorer(explorer.plot, "fresh", **explorer._controls)
+    assert unpack(explorer.frame)["ops"] == unpack(fresh.frame)["ops"]
+    fresh.close()

@@ -230,6 +230,7 @@ function render({ model, el }) {
     shown = key(at);
     canvas.dataset.at = shown;
     canvas.dataset.numbers = JSON.stringify(track.numbers[i]);
+    canvas.dataset.rest = String(entry.rest); // laid out for its own setting
     canvas.setAttribute("aria-label", describe(track.numbers[i]));
     root.dataset.frames = String(Number(root.dataset.frames) + 1);
   }

@@ -18,11 +18,12 @@ import math
 import threading
 import zlib
 
+import matplotlib as mpl
 import numpy as np
 from matplotlib.backend_bases import GraphicsContextBase, RendererBase
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 
-from sera.plotting.style import drawing_into, looks
+from sera.plotting.style import RC, drawing_into, looks
 
 # One drawing at a time: ipykernel may run a comm's messages (a frame asked for, a control let go)
 # on another thread than the loop that draws the tracks, and both draw into the explorer's one
@@ -230,13 +231,14 @@ class Tracks:
     def rest(self, settings: dict) -> dict:
         """The whole figure at `settings`, laid out: one frame."""
         figure = self.figure
-        with DRAWING:
+        with DRAWING, mpl.rc_context(RC):  # the house style, whatever the kernel has set
             figure.set_layout_engine("constrained")
             with drawing_into(figure):
                 _draw(self.plot, settings)
-            figure.draw(self.recorder)  # lays the figure out, then draws it
+            _settle(figure)
             self._layouts = {_grid(figure): [ax.get_position() for ax in figure.axes]}
             figure.set_layout_engine("none")
+            figure.draw(self.recorder)
             return {"ops": self.recorder.take(), "numbers": plain(figure.numbers)}
 
     def track(self, settings: list[dict]) -> dict:
@@ -268,12 +270,13 @@ class Tracks:
         figure, grid = self.figure, _grid(self.figure)
         if grid not in self._layouts:
             figure.set_layout_engine("constrained")
-            figure.draw_without_rendering()
+            _settle(figure)
             self._layouts[grid] = [ax.get_position() for ax in figure.axes]
             figure.set_layout_engine("none")
             return
         for ax, box in zip(figure.axes, self._layouts[grid], strict=True):
             ax.set_position(box)
+            ax.set_in_layout(True)  # set_position takes an axes out of the layout of a rest
 
 
 class Track:
@@ -286,7 +289,7 @@ class Track:
         self.frames, self.numbers, self.which, self.backdrops = [], [], [], {}
 
     def add(self, values: dict) -> None:
-        with DRAWING:
+        with DRAWING, mpl.rc_context(RC):
             self._add(values)
 
     def _add(self, values: dict) -> None:
@@ -316,6 +319,17 @@ class Track:
     def result(self) -> dict:
         return {"frames": self.frames, "backdrop": self.which, "numbers": self.numbers,
                 "backdrops": [ops for _, ops in self.backdrops.values()]}
+
+
+def _settle(figure, draws: int = 6) -> None:
+    """Lay the figure out until its axes stay put: the constrained layout places a title from
+    where the axes were, so one pass after other settings can end a few pixels from where a
+    fresh figure's passes end."""
+    for _ in range(draws):
+        before = [ax.get_position().bounds for ax in figure.axes]
+        figure.draw_without_rendering()
+        if [ax.get_position().bounds for ax in figure.axes] == before:
+            return
 
 
 def _grid(figure) -> str:

@@ -29,7 +29,7 @@ import traitlets
 
 import sera.plotting as splot
 from sera.plotting.style import SeraFigure
-from sera.teaching.page_figure import Track, Tracks, pack, unpack
+from sera.teaching.page_figure import DRAWING, Track, Tracks, pack, unpack
 
 SCRIPT = Path(__file__).with_name("explorer.js")
 SLICE = 0.03  # seconds of track drawing between two looks at the kernel's messages
@@ -143,7 +143,8 @@ class Explorer(anywidget.AnyWidget):
     def _committed(self, change=None) -> None:
         self._waiting += 1
         try:
-            self._commit(change)
+            with DRAWING:  # the track being drawn is dropped whole, never midway
+                self._commit(change)
         finally:
             self._waiting -= 1
 
@@ -160,6 +161,16 @@ class Explorer(anywidget.AnyWidget):
         self._schedule()
 
     def _message(self, _, content, buffers) -> None:
+        """The page's messages; ipykernel may read them on another thread than the loop that
+        draws the tracks, so each is handled whole between two slices of that work."""
+        self._waiting += 1
+        try:
+            with DRAWING:
+                self._answer(content)
+        finally:
+            self._waiting -= 1
+
+    def _answer(self, content) -> None:
         if content.get("hello"):  # a view opened: the tracks it may have missed, then the rest
             for message, data in self._sent.values():
                 self.send(message, [data])
@@ -171,11 +182,7 @@ class Explorer(anywidget.AnyWidget):
             self._queue.appendleft(content["want"])
         elif "frame" in content:
             values = {key: int(content["frame"][key]) for key in self._controls}
-            self._waiting += 1
-            try:
-                frames = self._tracks.track([self.settings(values)])
-            finally:
-                self._waiting -= 1
+            frames = self._tracks.track([self.settings(values)])
             self.send({"kind": "frame", "at": values}, [pack(frames)])
 
     def _schedule(self) -> None:
@@ -192,18 +199,19 @@ class Explorer(anywidget.AnyWidget):
         after the kernel has read its messages. A message waiting to draw (ipykernel may read
         comm messages on another thread) goes first: the slice ends for it."""
         start = time.perf_counter()
-        while time.perf_counter() - start < SLICE and not self._waiting:
-            if self._job is None:
-                if not self._queue:
-                    self._working = False
-                    return
-                key = self._queue.popleft()
-                self._job = (key, dict(self.values), Track(self._tracks))
-            key, values, track = self._job
-            track.add(self.settings({**values, key: len(track)}))
-            if len(track) == len(self._controls[key].stops):
-                self._send_track(key, values, track.result())
-                self._job = None
+        with DRAWING:
+            while time.perf_counter() - start < SLICE and not self._waiting:
+                if self._job is None:
+                    if not self._queue:
+                        self._working = False
+                        return
+                    key = self._queue.popleft()
+                    self._job = (key, dict(self.values), Track(self._tracks))
+                key, values, track = self._job
+                track.add(self.settings({**values, key: len(track)}))
+                if len(track) == len(self._controls[key].stops):
+                    self._send_track(key, values, track.result())
+                    self._job = None
         asyncio.get_running_loop().call_later(0.002 if self._waiting else 0, self._work)
 
     def _send_track(self, key, values, track) -> None:
