@@ -429,10 +429,12 @@ def _tuned_sentence(name: str, gap: pd.DataFrame) -> str:
     above = chosen_frontier(name, k)
     by = (bracket(above["gap"], above["low"], above["high"]) if math.isfinite(above["low"])
           else f"{100 * above['gap']:+.1f} (too many draws dropped for an interval)")
-    where = (f"{by} points above {control}'s Pass@1-Pass@{k} frontier on the same half (the "
-             f"best {control} step reaching its Pass@1; bootstrap percentile interval)"
-             if math.isfinite(above["gap"]) else f"above every {control} step at Pass@1")
-    return (f"`{name}`: tuned, `sera` is {verdicts} against {control}; at its step it lies "
+    # the verdict first, from the interval (sera.results.verdict), then the distance
+    where = (f"is {verdict(above['gap'], above['low'], above['high'])} against {control}'s "
+             f"Pass@1-Pass@{k} frontier on the same half, {by} points from it (the best "
+             f"{control} step reaching its Pass@1; bootstrap percentile interval)"
+             if math.isfinite(above["gap"]) else f"lies above every {control} step at Pass@1")
+    return (f"`{name}`: tuned, `sera` is {verdicts} against {control}; at its step it "
             f"{where}.")
 
 
