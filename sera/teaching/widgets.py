@@ -90,10 +90,9 @@ class Explorer(anywidget.AnyWidget):
 
     def __init__(self, plot, name: str, **controls: Control):
         self.plot, self.draws, self._controls = plot, 0, controls
-        self.figure = SeraFigure()  # drawn into by the plot function from here on
+        # the figure the plot makes at the start (its own size), drawn into from here on
+        self.figure = plot(**{key: control.value for key, control in controls.items()})
         self.figure.set_dpi(SeraFigure.DISPLAY_DPI)
-        with splot.style.drawing_into(self.figure):
-            plot(**{key: control.value for key, control in controls.items()})
         self._tracks = Tracks(plot, self.figure)
         self._queue: deque = deque()
         self._job = None
