@@ -439,7 +439,12 @@ def test_notebooks_run_side_by_side_and_a_failure_is_reported(tmp_path, capsys, 
         nbformat.write(nb, tmp_path / name)
         return tmp_path / name
 
-    good = notebook("01_good.ipynb", "import os\nprint(os.environ['OMP_NUM_THREADS'])")
+    # papermill's `cwd` moved the whole process into the notebook's folder from both threads at
+    # once, and the two restores raced; papermill's writes step into the current folder and back
+    start, moved, chdir = os.getcwd(), [], os.chdir
+    monkeypatch.setattr(os, "chdir", lambda folder: moved.append(str(folder)) or chdir(folder))
+    good = notebook("01_good.ipynb", "import os\nprint(os.environ['OMP_NUM_THREADS'])\n"
+                                     "print(os.getcwd())")
     bad = notebook("02_bad.ipynb", "raise ValueError('boom')")
     args = argparse.Namespace(jobs=jobs, profile="fast", figures=tmp_path / "figures",
                               output=tmp_path / "out")
@@ -449,7 +454,10 @@ def test_notebooks_run_side_by_side_and_a_failure_is_reported(tmp_path, capsys, 
     assert "02_bad.ipynb" in err and "boom" in err
     executed = nbformat.read(tmp_path / "out" / "01_good.ipynb", as_version=4)
     cell = next(c for c in executed.cells if "OMP_NUM_THREADS" in c.source)
-    assert cell.outputs[0]["text"].strip() == "1"  # one thread per kernel
+    threads, folder = cell.outputs[0]["text"].split()
+    assert threads == "1"  # one thread per kernel
+    assert folder == str(tmp_path)  # the kernel runs beside its notebook, the runner stays put
+    assert set(moved) <= {start} and os.getcwd() == start
     # the finished notebook's execution is recorded for `make test`; the failed one's is not
     recorded = json.loads((tmp_path / "out" / "01_good.run.json").read_text())
     assert recorded["profile"] == "fast" and recorded["figures"] == {}

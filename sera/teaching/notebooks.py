@@ -51,9 +51,12 @@ def run_notebook(path: Path, profile: str = "fast", figures: Path | None = None,
     parameters = {"profile": profile, "figures_dir": str(figures), **(extra or {})}
     start = time.perf_counter()
     try:
+        # The kernel starts in the notebook's folder through nbclient's `resources`, not
+        # papermill's `cwd`: that one calls os.chdir, process-wide, and two notebooks run side by
+        # side in threads, so the restores raced and left the runner in another folder.
         papermill.execute_notebook(str(path), str(output / path.name), parameters=parameters,
-                                   cwd=str(path.parent), progress_bar=False, kernel_name="python3",
-                                   log_output=False)
+                                   resources={"metadata": {"path": str(path.parent)}},
+                                   progress_bar=False, kernel_name="python3", log_output=False)
     except PapermillExecutionError as exc:
         first_line = exc.source.strip().splitlines()[0] if exc.source.strip() else ""
         raise RuntimeError(f"{path.name}: cell {exc.cell_index} (execution count "
