@@ -273,6 +273,8 @@ def account(name: str, control: str | None = None, step: float = 1.3) -> dict:
 def is_sweep(name: str) -> bool:
     """Whether every arm of the point changes only the learning rate and some method runs at
     MIN_STEPS steps or more."""
+    if point(name).kind != "point":
+        return False
     try:
         return any(len(grid_of(name, m)) >= MIN_STEPS for m in {a.method for a in point(name).arms})
     except ValueError:  # an arm changes more than the learning rate

@@ -237,6 +237,17 @@ def generated_splits(n_train: int, n_val: int, seed: int = 0, steps: int = 2,
     return frame.iloc[n_val:].reset_index(drop=True), frame.iloc[:n_val].reset_index(drop=True)
 
 
+def generated_final(n_train: int, n_val: int, n_final: int, seed: int = 0, steps: int = 2,
+                    max_number: int = 9) -> pd.DataFrame:
+    """n_final held-out problems for a final evaluation: generated_splits' n_val held-out
+    problems first, then new ones drawn after its training problems (generate keeps the order
+    of what it drew, so those two are the same as generated_splits gives), all distinct."""
+    if n_final < n_val:
+        raise ValueError(f"n_final ({n_final}) must be at least n_val ({n_val})")
+    frame = generate(n_train + n_final, seed, steps, max_number)
+    return pd.concat([frame.iloc[:n_val], frame.iloc[n_val + n_train:]], ignore_index=True)
+
+
 def write_jsonl(frame: pd.DataFrame, path) -> Path:
     """A problem table in GSM8K's jsonl format (one {"question", "answer"} object a line)."""
     path = Path(path)
@@ -263,11 +274,17 @@ class MathTask:
     """Problem tables as token-id prompts with the math-verify reward. A response that did not
     end with the stop token was cut at the length limit and earns 0, as in MaxRL's GSM8K runs."""
 
-    def __init__(self, train: pd.DataFrame, val: pd.DataFrame, tokenizer):
+    def __init__(self, train: pd.DataFrame, val: pd.DataFrame, tokenizer,
+                 final: pd.DataFrame | None = None):
+        """final: the held-out problems of the final evaluation when they are more than val's
+        (split "final"); None: the final evaluation reads val."""
         self.tokenizer = tokenizer
         self.train, self.val = as_problems(train), as_problems(val)
         self.train_prompts = [prompt_ids(tokenizer, m) for m in self.train["messages"]]
         self.val_prompts = [prompt_ids(tokenizer, m) for m in self.val["messages"]]
+        self.final = None if final is None else as_problems(final)
+        self.final_prompts = None if final is None else \
+            [prompt_ids(tokenizer, m) for m in self.final["messages"]]
         if tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer has no eos token to stop responses at")
         self.stop_token_id = int(tokenizer.eos_token_id)
@@ -280,7 +297,7 @@ class MathTask:
     def reward(self, split: str, index: int, response: list[int]) -> float:
         if not response or response[-1] != self.stop_token_id:
             return 0.0
-        table = self.train if split == "train" else self.val
+        table = {"train": self.train, "val": self.val, "final": self.final}[split]
         return reward(self.text(response), table["answer"].iloc[index])
 
     def answers(self, indices) -> list[list[int]]:

@@ -39,6 +39,15 @@ def problems(config: MathConfig):
     return task_math.as_problems(train), task_math.as_problems(val)
 
 
+def final_problems(config: MathConfig):
+    """The final evaluation's held-out table when config.n_final asks for more than n_val
+    (task_math.generated_final); None otherwise."""
+    if not config.n_final:
+        return None
+    return task_math.generated_final(config.n_train, config.n_val, config.n_final,
+                                     config.data_seed, config.problem_steps, config.max_number)
+
+
 def tiny_tokenizer(train):
     """The tiny model's tokenizer, learned from the generated training problems."""
     texts = [m[0]["content"] for m in train["messages"]] + list(train["solution"])
@@ -62,7 +71,7 @@ def build(config: MathConfig) -> sequence.SequenceStudy:
     setting and shared through warmup_dir), the engine, and the study."""
     train, val = problems(config)
     if config.model is None:
-        task = task_math.MathTask(train, val, tiny_tokenizer(train))
+        task = task_math.MathTask(train, val, tiny_tokenizer(train), final_problems(config))
         model = sequence.tiny_decoder(config, task)
         source = warmup_folder(config)
     else:
@@ -81,7 +90,8 @@ def build(config: MathConfig) -> sequence.SequenceStudy:
             kv_cache_memory_bytes=(int(config.kv_cache_gib * 2**30)
                                    if config.kv_cache_gib is not None else None),
             gpu_memory_utilization=config.vllm_memory_utilization,
-            max_model_len=max(map(len, task.train_prompts + task.val_prompts))
+            max_model_len=max(map(len, task.train_prompts + task.val_prompts
+                                  + (task.final_prompts or [])))
             + config.max_new_tokens)
         engine.sync(model)
     return sequence.SequenceStudy(config, task, model, engine)

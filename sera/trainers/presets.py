@@ -145,6 +145,11 @@ class MathConfig(SequenceConfig):
     """Generated training problems."""
     n_val: int = 64
     """Generated held-out problems (disjoint from training by question)."""
+    n_final: int = 0
+    """0: the final evaluation reads the n_val held-out problems. More: it reads n_final, the
+    n_val ones first and then problems generated after the training ones, so that neither the
+    training problems nor the evaluations during training change (a run's curve stays the
+    same) while its final Pass@K rests on more prompts."""
     problem_steps: int = 2
     """Operations per generated problem (harder with more)."""
     max_number: int = 5
@@ -157,6 +162,9 @@ class MathConfig(SequenceConfig):
         if (self.data is None) != (self.val_data is None):
             raise ValueError("give both --data and --val-data (or neither, for the generated "
                              "set)")
+        if self.n_final and (self.data is not None or self.n_final < self.n_val):
+            raise ValueError(f"n_final extends the generated held-out set: it needs generated "
+                             f"problems and at least n_val ({self.n_val}), got {self.n_final}")
 
     def task_fields(self) -> dict:
         names = ("n_train", "n_val", "problem_steps", "max_number")

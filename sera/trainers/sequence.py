@@ -163,7 +163,7 @@ class SequenceStudy:
     def correct_counts(self, samples: int, stream: int, step: int,
                        split: str = "val") -> np.ndarray:
         """Correct responses out of `samples` for every prompt of a split (the held-out "val",
-        or the task's "tune" prompts)."""
+        the final evaluation's "final" where the task has more of them, or its "tune" ones)."""
         prompts = getattr(self.task, f"{split}_prompts")
         responses = self._sample(prompts, np.full(len(prompts), samples), self.evaluation,
                                  stream, step)
@@ -210,7 +210,8 @@ class SequenceStudy:
         """The final Pass@K profile from one pool of final_samples per held-out prompt; the
         final model and its tokenizer go to OUT/model."""
         samples = self.config.final_samples
-        correct = self.correct_counts(samples, stream=2, step=run.step)
+        split = "final" if getattr(self.task, "final_prompts", None) else "val"
+        correct = self.correct_counts(samples, stream=2, step=run.step, split=split)
         for k in k_grid(samples):
             run.log("pass", pass_at_k(samples, correct, k).mean(), k)
         if getattr(self.task, "tune_prompts", None):  # the learning-rate sweeps' choice

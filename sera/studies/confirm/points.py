@@ -86,6 +86,11 @@ class Point:
     that a power-calculated seed count for the main comparison does not multiply every arm."""
     k: int = 1
     """The K whose predicted gain the power calculation sizes the seeds for."""
+    kind: str = "point"
+    """"point" (a confirmation point), or "frontier": cells added to a stored sweep (`sweep`),
+    read by sera.studies.frontier rather than as a sweep of their own."""
+    sweep: str | None = None
+    """The stored sweep whose warm-up, stack and cells a "frontier" point extends."""
     calibrate_on: str | None = None
     """A point with stored MaxRL runs on the same task and learning rate. Set, the prediction
     takes the simulator's step size from those runs' Pass@1 rise, the seed-to-seed SD at K
@@ -150,7 +155,8 @@ def load_point(path, entry: dict | None = None) -> Point:
                  arms=arms, treatment=entry.get("treatment", "sera-rate"),
                  control=entry.get("control", "maxrl"),
                  why=entry.get("why", ""), side_seeds=entry.get("side_seeds"),
-                 k=entry.get("k", 1), calibrate_on=entry.get("calibrate_on"))
+                 k=entry.get("k", 1), calibrate_on=entry.get("calibrate_on"),
+                 kind=entry.get("kind", "point"), sweep=entry.get("sweep"))
 
 
 def registered(study_dir=None) -> dict[str, Point]:

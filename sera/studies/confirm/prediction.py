@@ -110,6 +110,8 @@ def arm_gains(point: Point, starts, lr: float) -> pd.DataFrame:
         gains = predicted_gain(table, treatment=a.method, control=control)
         gains = gains[gains["step"] == config.steps]
         parts.append(gains[["k", "gain", "low", "high"]].assign(arm=a.name))
+    if not parts:  # every arm changes the training: the registration's own predictions stand
+        return pd.DataFrame(columns=["k", "gain", "low", "high", "arm"])
     return pd.concat(parts, ignore_index=True)
 
 
