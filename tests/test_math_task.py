@@ -139,6 +139,23 @@ def test_generated_problems_are_seeded_distinct_and_solved():
         task_math.generate(10_000, steps=1, max_number=2)
 
 
+def test_a_larger_final_set_keeps_the_splits_and_adds_unseen_problems():
+    # n_final extends the held-out set without moving the training problems: the 40 held-out
+    # problems come first, then problems drawn after the 200 training ones, none seen in either
+    train, val = task_math.generated_splits(200, 40, seed=5, steps=2, max_number=6)
+    final = task_math.generated_final(200, 40, 150, seed=5, steps=2, max_number=6)
+    assert len(final) == 150 and final["question"].is_unique
+    pd.testing.assert_frame_equal(final.iloc[:40], val)
+    assert not set(final["question"]) & set(train["question"])
+    longer, _ = task_math.generated_splits(200, 40, seed=5, steps=2, max_number=6)
+    pd.testing.assert_frame_equal(longer, train)
+    # brute force: the same problems as drawing everything at once and setting the split aside
+    everything = task_math.generate(350, seed=5, steps=2, max_number=6)
+    assert list(final["question"][40:]) == list(everything["question"][240:])
+    with pytest.raises(ValueError, match="at least n_val"):
+        task_math.generated_final(200, 40, 39)
+
+
 def test_generated_set_round_trips_through_the_gsm8k_reader(tmp_path):
     train, _ = task_math.generated_splits(20, 5, seed=0)
     table = task_math.read(task_math.write_jsonl(train, tmp_path / "train.jsonl"))

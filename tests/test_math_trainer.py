@@ -38,6 +38,22 @@ def test_methods_train_on_the_generated_set(method, agg, tmp_path):
     assert (tmp_path / "run" / "model" / "tokenizer.json").exists()
 
 
+def test_a_larger_final_set_changes_only_the_final_evaluation(tmp_path):
+    # n_final: the run trains and evaluates during training exactly as without it, then its
+    # final Pass@K reads more held-out prompts (the first ones the usual held-out set)
+    plain = sequence.train(_tiny(tmp_path, out=str(tmp_path / "plain")), trainer.build)
+    wider = sequence.train(_tiny(tmp_path, n_final=20, out=str(tmp_path / "wider")),
+                           trainer.build)
+    before = [m[m["metric"] != "pass"].reset_index(drop=True)
+              for m in (plain.metrics, wider.metrics)]
+    pd.testing.assert_frame_equal(*before)
+    assert len(plain.final) == 6 and list(wider.final["prompt"]) == list(range(20))
+    assert wider.final["correct"].between(0, 4).all()
+    for bad in ({"n_final": 5}, {"n_final": 20, "data": "t.jsonl", "val_data": "v.jsonl"}):
+        with pytest.raises(ValueError, match="n_final"):
+            _tiny(tmp_path, **bad)
+
+
 def test_sera_allocates_after_the_first_epoch(tmp_path):
     results = sequence.train(_tiny(tmp_path, method="sera", steps=6), trainer.build)
     allocated = results.allocations.groupby("step")["allocated"].first()
