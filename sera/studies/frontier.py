@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from sera import runstore
-from sera.results import per_prompt_pass, verdict
+from sera.results import MIN_SEEDS, bracket, per_prompt_pass, verdict
 from sera.studies.confirm.points import point
 from sera.studies.confirm.storage import stored, stored_table
 from sera.studies.sweep import multipliers
@@ -74,9 +74,10 @@ def _final(source: str) -> pd.DataFrame:
 
 
 def pass_matrices(name: str, k: int, prompts: int) -> dict[tuple[str, float], np.ndarray]:
-    """Every cell's Pass@K as a seeds x prompts array, by (method, multiplier), on the first
-    `prompts` held-out prompts: the sweep's cells and the point's where `prompts` is the
-    sweep's count (a cell in both keeps the sweep's evaluation), the point's own otherwise."""
+    """Every complete cell's (MIN_SEEDS seeds or more) Pass@K as a seeds x prompts array, by
+    (method, multiplier), on the first `prompts` held-out prompts: the sweep's cells and the
+    point's where `prompts` is the sweep's count (a cell in both keeps the sweep's evaluation),
+    the point's own otherwise."""
     entry = registration(name)
     sweep_final = _final(entry["sweep"])
     sources = [_final(name)]
@@ -90,6 +91,8 @@ def pass_matrices(name: str, k: int, prompts: int) -> dict[tuple[str, float], np
         for (method, mult), cell in final.groupby(["method", "multiplier"]):
             if (method, mult) in cells:
                 continue
+            if cell["seed"].nunique() < MIN_SEEDS:
+                continue  # a cell whose seeds are still landing takes no part
             cell = cell.sort_values(["seed", "prompt"])
             values = per_prompt_pass(cell, k).reshape(cell["seed"].nunique(), prompts)
             cells[(method, float(mult))] = values
@@ -235,6 +238,52 @@ def reruns(name: str) -> pd.DataFrame:
                 for t in (run, old))
         rows.append({"arm": arm, "seed": int(seed), "rows": len(a), "identical": a.equals(b)})
     return pd.DataFrame(rows, columns=["arm", "seed", "rows", "identical"])
+
+
+def frontier_points() -> list[str]:
+    """The registered frontier points with stored runs."""
+    from sera.studies.confirm.points import POINTS
+
+    return [name for name, p in POINTS.items() if p.kind == "frontier"
+            and (runstore.STUDY_DIR / name / runstore.stored_file("final")).exists()]
+
+
+def page_section(name: str) -> str:
+    """A frontier point's part of the results page: its test, its predictions against the runs,
+    the reruns' check and the stack; "" before its first run is stored."""
+    if name not in frontier_points():
+        return ""
+    entry, table = registration(name), margins(name)
+    stack = stacks(name)
+    rows = [{"prompts": r.prompts, "K": r.k, "`sera` step": f"{r.multiplier:g}x",
+             "seeds": r.seeds, "Pass@1": f"{100 * r.pass1:.1f}", "Pass@K": f"{100 * r.passk:.1f}",
+             "MaxRL at that Pass@1": f"{100 * r.frontier:.1f}" if r.bracketed else "-",
+             "margin [prompts and seeds]": bracket(r.gap, r.low, r.high) if r.bracketed else "-",
+             "[seeds only]": bracket(r.gap, r.seeds_low, r.seeds_high)[5:]
+             if r.bracketed else "-", "verdict": r.verdict} for r in table.itertuples()]
+    said = predictions(name, table)
+    said = said.assign(measured=said["measured"].map(
+        lambda v: "-" if not np.isfinite(v) else f"{v:.1f}"))
+    checked = reruns(name)
+    same = int(checked["identical"].sum()) if len(checked) else 0
+    first = stack.drop(columns=["point", "runs"]).iloc[0]
+    missing = [a.name for a in point(name).arms
+               if a.name not in set(stored_table(name, "final")["arm"])]
+    return "\n".join([
+        f"## {name}: MaxRL's frontier past the sweep's smallest step\n",
+        entry["why"] + ".\n",
+        f"Every run of this point and of `{entry['sweep']}` started from warm-up "
+        f"`{first['warmup']}` on {first['cpu_capability']} with torch {first['torch']} and "
+        f"{first['torch_threads']} thread (checked before any cell is read). Each `sera` cell's "
+        f"Pass@K minus MaxRL's at the same Pass@1, on the line between the two MaxRL cells that "
+        f"bracket it, in points; \"-\" where no two MaxRL cells bracket it "
+        f"(`python -m sera.studies.frontier {name}`):\n",
+        pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True) + "\n",
+        "The predictions registered before the runs:\n",
+        said.to_markdown(index=False, disable_numparse=True) + "\n",
+        f"Reruns of the sweep's cells: {same} of {len(checked)} repeat its training curve "
+        f"value for value." + (f" Not run yet: {', '.join(f'`{m}`' for m in missing)}."
+                               if missing else "") + "\n"])
 
 
 def main(argv=None) -> int:

@@ -32,7 +32,7 @@ from sera.results import (
     verdict,
     welch,
 )
-from sera.studies import confirm, diagnosis, digits, discount, screen, sweep
+from sera.studies import confirm, diagnosis, difficulty, digits, discount, frontier, screen, sweep
 from sera.studies.confirm.storage import continued, stored_points, stored_table
 
 README_ARMS = ("sera", "sera lr-half", "sera-evidence-step", "sera-rate")
@@ -359,6 +359,8 @@ def page() -> str:
                      f"{_continued_note(name)}{page_table(name, table)}\n")
     parts.append(second_half_section())
     parts.append(sweep.page_section())
+    parts += [frontier.page_section(name) for name in frontier.frontier_points()]
+    parts.append(difficulty.page_section())
     parts.append(screen_section())
     parts.append(digits_section())
     parts.append(discount_section())

@@ -189,9 +189,11 @@ def stored(name: str, store_dir=None) -> dict:
 
 
 def stored_points() -> list[str]:
-    """The registered points with stored runs (a final table in data/study/<point>/)."""
-    return [name for name in POINTS
-            if (runstore.STUDY_DIR / name / runstore.stored_file("final")).exists()]
+    """The registered confirmation points with stored runs (a final table in
+    data/study/<point>/); frontier points, which add cells to a sweep, are read by
+    sera.studies.frontier."""
+    return [name for name, p in POINTS.items() if p.kind == "point"
+            and (runstore.STUDY_DIR / name / runstore.stored_file("final")).exists()]
 
 
 TRAJECTORY = ("train_reward", "token_entropy", "response_length")
