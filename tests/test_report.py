@@ -139,29 +139,6 @@ def test_the_results_page_and_the_readme_table_match_the_stored_runs():
     assert report.main(["--check"]) == 0, "run python -m sera.studies.report"
 
 
-def test_the_readmes_reading_of_the_table_holds_on_the_stored_runs():
-    # The README reads its table as: the paper's sera behind MaxRL at Pass@1 on both long
-    # points that ran it at the preset step; at half the step and with the evidence-scaled step
-    # a large-K gain with an interval above zero on both tasks, level at Pass@1 on mazes (the
-    # interval holds zero); on math 2-3 points behind at 320 steps (interval below zero) and
-    # unresolved at 640 (an interval holding zero, at least 20 points wide).
-    for name in ("math-n0-4-320", "maze-n0-8-long-sera"):
-        table = report.point_table(name).set_index(["arm", "against", "k"])
-        assert table.loc[("sera", "maxrl", 1), "high"] < 0, name
-    for name in ("math-n0-4-320-avx2", "maze-n0-8-long-sera", "math-n0-4-640-avx2"):
-        table = report.point_table(name).set_index(["arm", "against", "k"])
-        large = report.confirm.point(name).k
-        for arm in ("sera lr-half", "sera-evidence-step"):
-            assert table.loc[(arm, "maxrl", large), "low"] > 0, (name, arm)
-            pass1 = table.loc[(arm, "maxrl", 1)]
-            if name == "math-n0-4-640-avx2":
-                assert 100 * (pass1["high"] - pass1["low"]) >= 20, (name, arm)
-            if name != "math-n0-4-320-avx2":
-                assert pass1["low"] < 0 < pass1["high"], (name, arm)
-            else:
-                assert pass1["high"] < 0 and -3.5 < 100 * pass1["gain"] < -1.5, (name, arm)
-
-
 def test_the_readmes_reading_of_the_evidence_holds_on_the_stored_runs():
     # The README reads the mechanism arms as: sera's steps rest on about half MaxRL's successes
     # in mixed groups; MaxRL on half the batch falls behind at Pass@1 (interval below zero);
@@ -232,25 +209,6 @@ def test_the_pages_welch_and_bh_columns_recompute_from_the_stored_runs():
     assert (every["bh"] == "lost").any() and (every["bh"] == "kept").any()
 
 
-def test_the_readmes_tuned_reading_holds_on_the_stored_sweep():
-    # The README reads the maze sweep as: each method's step chosen on the selection half is
-    # sera 0.5x and MaxRL 0.35x; on the reporting half sera is level at Pass@1 (the Welch
-    # interval holds zero) and ahead at Pass@8 (above zero); MaxRL's best mean Pass@32 over
-    # every step stays below sera's at its chosen step (all held-out prompts).
-    from sera.studies import sweep
-
-    name = "maze-n0-8-long-lr"
-    picks = sweep.chosen(name).set_index("method")["multiplier"]
-    assert (picks["sera"], picks["maxrl"]) == (0.5, 0.35)
-    assert not sweep.chosen(name)["at_edge"].any()
-    tuned = sweep.tuned(name).set_index("k")
-    assert tuned.loc[1, "low"] < 0 < tuned.loc[1, "high"]
-    assert tuned.loc[8, "low"] > 0
-    cells = sweep.cells(name)
-    large = cells[cells["k"] == 32].set_index(["method", "multiplier"])["mean"]
-    assert large["maxrl"].max() < large[("sera", 0.5)]
-
-
 def test_no_simulator_prediction_for_a_method_that_sets_its_own_step():
     table = report.point_table("math-n0-4-640-avx2")
     stepped = table[table["arm"] == "sera-evidence-step"]
@@ -319,3 +277,56 @@ def test_an_arm_is_compared_with_the_arm_it_was_registered_against():
         if arm.name in set(table["arm"]):
             rows = table[(table["arm"] == arm.name) & (table["against"] == arm.against)]
             assert set(rows["k"]) == set(report.page_ks(confirm.point(name)))
+
+
+def _readme_block():
+    text = (runstore.ROOT / "README.md").read_text()
+    return text.split(report.README_START)[1].split(report.README_END)[0].strip()
+
+
+def test_the_readmes_results_lead_with_a_short_recommendation_from_the_cross_fit():
+    # At most 3 sentences of at most 40 words above at most 14 table rows, and every verdict in
+    # its table one of sera.results.verdict's words.
+    from sera.studies import readme
+
+    block = _readme_block()
+    said = readme.sentences(block)
+    assert 1 <= len(said) <= 3, said
+    assert all(readme.words(s) <= readme.MAX_WORDS for s in said), said
+    rows = [line for line in block.splitlines() if line.startswith("|")][2:]
+    assert 1 <= len(rows) <= readme.MAX_ROWS
+    assert all(_vocabulary(line.strip("|").split("|")[-1].strip()) for line in rows)
+
+
+def test_the_recommendation_follows_each_verdict():
+    # The advice for a sweep and K turns with its cross-fitted verdict: `sera` where it is
+    # ahead, MaxRL where `sera` is behind, neither where the interval holds zero.
+    import pandas as pd
+
+    from sera.studies import readme
+
+    def found(gain, low, high, verdict):
+        return pd.DataFrame([{"point": "math-n0-4-320-lr", "k": k, "treatment": "sera",
+                              "control": "maxrl", "treatment_steps": [0.35, 0.5],
+                              "control_steps": [0.7, 0.7], "gain": gain, "low": low,
+                              "high": high, "verdict": verdict} for k in (1, 32)])
+
+    nothing = pd.DataFrame(columns=["bin", "prompt_set", "k", "point", "gain", "low", "high"])
+    ahead = readme.recommendation(found(0.05, 0.01, 0.09, "ahead"), nothing)[0]
+    behind = readme.recommendation(found(-0.05, -0.09, -0.01, "behind"), nothing)[0]
+    neither = readme.recommendation(found(0.01, -0.02, 0.04, "inconclusive"), nothing)[0]
+    assert "run `sera` at 0.35-0.5x" in ahead and "MaxRL" not in ahead
+    assert "run MaxRL at 0.7x" in behind and "run `sera`" not in behind
+    assert "inconclusive" in neither and " run " not in neither
+
+
+def test_the_preset_table_compares_a_tagged_arm_with_maxrl_at_its_step():
+    # math-n0-4-640-avx2 registered `maxrl lr-half`: `sera lr-half` is read against it, not
+    # against MaxRL at twice its step
+    point = report.confirm.point("math-n0-4-640-avx2")
+    assert report._matched(point, ["sera lr-half", "sera", "sera-evidence-step"]) == [
+        "maxrl lr-half", "maxrl", "maxrl"]
+    table = report.point_table("math-n0-4-640-avx2").set_index(["arm", "against", "k"])
+    cell = report._cell(next(table.loc[[("sera lr-half", "maxrl lr-half", 8)]].reset_index()
+                             .itertuples()))
+    assert cell + " ‡ §" in report.preset_table()

@@ -96,7 +96,7 @@ def by_difficulty(treatment: pd.DataFrame, control: pd.DataFrame, k: int, prompt
         rows.append({"bin": label, "prompts": float(every[0, len(LABELS) + b]), "gain": gain,
                      "low": float(low), "high": float(high),
                      "verdict": verdict(gain, low, high, seeds=n_c)
-                     if math.isfinite(gain) else "no prompt"})
+                     if math.isfinite(gain) else verdict(gain, low, high)})
     return pd.DataFrame(rows)
 
 

@@ -156,7 +156,7 @@ def _margin(ones, ks, cell, controls, prompts, k, draws, seed) -> dict:
             "low": low, "high": high, "seeds_low": seeds_low, "seeds_high": seeds_high,
             "seeds": len(ones[cell]), "bracketed": math.isfinite(gap),
             "verdict": verdict(gap, low, high, seeds=len(ones[cell]))
-            if math.isfinite(gap) else "outside MaxRL's cells"}
+            if math.isfinite(gap) else verdict(gap, low, high)}
 
 
 MAX_DROPPED = 0.05
@@ -246,6 +246,11 @@ def frontier_points() -> list[str]:
 
     return [name for name, p in POINTS.items() if p.kind == "frontier"
             and (runstore.STUDY_DIR / name / runstore.stored_file("final")).exists()]
+
+
+def extending(sweep_name: str) -> list[str]:
+    """The frontier points with stored runs that extend a sweep."""
+    return [name for name in frontier_points() if registration(name)["sweep"] == sweep_name]
 
 
 def page_section(name: str) -> str:

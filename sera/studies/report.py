@@ -32,16 +32,25 @@ from sera.results import (
     verdict,
     welch,
 )
-from sera.studies import confirm, diagnosis, difficulty, digits, discount, frontier, screen, sweep
+from sera.studies import (
+    confirm,
+    crossfit,
+    diagnosis,
+    difficulty,
+    digits,
+    discount,
+    frontier,
+    screen,
+    sweep,
+)
+from sera.studies import readme as readme_block
 from sera.studies.confirm.storage import continued, stored_points, stored_table
 
 README_ARMS = ("sera", "sera lr-half", "sera-evidence-step", "sera-rate")
 """The arms of the README's short table: the paper's method, it at half the step, the remedy
 candidate (its step scaled by the evidence, sera.evidence) and the package's variant."""
-README_START = "<!-- results table: python -m sera.studies.report -->"
-README_END = "<!-- end of results table -->"
-TUNED_START = "<!-- tuned table: python -m sera.studies.report -->"
-TUNED_END = "<!-- end of tuned table -->"
+README_START = "<!-- results: python -m sera.studies.report -->"
+README_END = "<!-- end of results -->"
 
 
 def _starts(name: str):
@@ -251,20 +260,45 @@ def page_table(name: str, table: pd.DataFrame | None = None) -> str:
     return shown.to_markdown(index=False, disable_numparse=True)
 
 
-def readme_table() -> str:
+def preset_section() -> str:
+    """The page's table at the preset step (preset_table) with its heading."""
+    return ("## At the preset step\n\n"
+            "What a user who does not tune sees: each arm's gain in points of Pass@K on held-out "
+            "prompts at the long CPU points (95% interval over seeds; the MaxRL column is its own "
+            "Pass@K in percent). An arm that runs at another step than the preset's is compared "
+            "with MaxRL at that same step where the point registered one (§); `sera-rate` is the "
+            "package's own variant.\n\n" + preset_table() + "\n")
+
+
+def _matched(point, arms) -> list[str]:
+    """For each arm: the control with the arm's tag where the point registered one (the same
+    step), else the control."""
+    names = {a.name for a in point.arms}
+    out = []
+    for arm in arms:
+        tag = arm.split(" ", 1)[1] if " " in arm else ""
+        out.append(f"{point.control} {tag}" if tag and f"{point.control} {tag}" in names
+                   else point.control)
+    return out
+
+
+def preset_table() -> str:
     """Per long point (320 steps or more) and K: MaxRL's level and each README arm's gain, for
-    the arms with MIN_SEEDS seeds or more (a point whose runs are still landing waits)."""
+    the arms with MIN_SEEDS seeds or more (a point whose runs are still landing waits). An arm
+    tagged T is compared with the control tagged T where the point has that arm (the same
+    step), else with the control."""
     rows = []
     for name in stored_points():
         point = confirm.point(name)
         if point.config.steps < 320:
             continue
         table = point_table(name)
-        if not table.empty:  # the README quotes an arm once it has its seeds
-            table = table[(table["against"] == point.control) & (table["seeds"] >= MIN_SEEDS)]
+        if not table.empty:  # the table quotes an arm once it has its seeds
+            table = table[table["against"].isin(_matched(point, table["arm"]))
+                          & (table["seeds"] >= MIN_SEEDS)]
         if table.empty:  # runs still landing
             continue
-        if point.control != "maxrl":  # the README's table is a table of gains over MaxRL
+        if point.control != "maxrl":  # the table is a table of gains over MaxRL
             continue
         extended = continued(name)
         for k, level in control_level(name, sorted({1, point.k})).items():
@@ -272,16 +306,19 @@ def readme_table() -> str:
                 " ‡" if point.control in extended else "")}
             for arm in README_ARMS:
                 match = table[(table["arm"] == arm) & (table["k"] == k)]
+                match = match[match["against"] == _matched(point, [arm])[0]]
                 if len(match):
                     found = next(match.itertuples())
                     mixed = found.machine != found.against_machine
                     row[arm] = (_cell(found) + (" †" if mixed else "")
-                                + (" ‡" if arm in extended else ""))
+                                + (" ‡" if arm in extended else "")
+                                + (" §" if found.against != point.control else ""))
                 else:
                     row[arm] = ""
             rows.append(row)
     return (pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
             + "\n\n† this arm and its MaxRL trained on different instruction sets.\n\n"
+            "§ against MaxRL at the same step (the point's `maxrl` arm with the same tag).\n\n"
             "‡ these runs repeat or continue another point's (the same runs through its last "
             "step, not a second sample; docs/results.md names them).")
 
@@ -357,7 +394,9 @@ def page() -> str:
         parts.append(f"## {name}\n\n{point.task}, N0 = {point.config.n0}, "
                      f"{point.config.steps} steps; {control}'s level: {level}.\n\n"
                      f"{_continued_note(name)}{page_table(name, table)}\n")
+    parts.append(preset_section())
     parts.append(second_half_section())
+    parts.append(crossfit.page_section())
     parts.append(sweep.page_section())
     parts += [frontier.page_section(name) for name in frontier.frontier_points()]
     parts.append(difficulty.page_section())
@@ -516,9 +555,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     targets = {args.root / "docs" / "results.md": page()}
     readme = args.root / "README.md"
-    targets[readme] = with_readme_table(
-        with_readme_table(readme.read_text(), readme_table()), sweep.readme_tuned_table(),
-        (TUNED_START, TUNED_END))
+    targets[readme] = with_readme_table(readme.read_text(), readme_block.block())
     stale = [path for path, text in targets.items()
              if not path.exists() or path.read_text() != text]
     if args.check:
