@@ -39,6 +39,24 @@ def test_splits_are_disjoint_and_seeded():
         maze.generate(8, np.random.default_rng(0))
 
 
+def test_a_larger_final_set_keeps_every_split_and_adds_unseen_mazes():
+    plain = maze.MazeTask(9, 120, 30, seed=2, n_tune=10)
+    wider = maze.MazeTask(9, 120, 30, seed=2, n_tune=10, n_final=90)
+    for split in ("train_mazes", "val_mazes", "tune_mazes"):
+        assert all((a == b).all() for a, b in
+                   zip(getattr(plain, split), getattr(wider, split), strict=True)), split
+    assert plain.final_prompts is None and len(wider.final_prompts) == 90
+    assert wider.final_prompts[:30] == wider.val_prompts
+    seen = {g.tobytes() for split in ("train_mazes", "tune_mazes") for g in getattr(wider, split)}
+    final = [g.tobytes() for g in wider.final_mazes]
+    assert len(set(final)) == 90 and not seen & set(final)
+    answer = maze.answer_text(maze.shortest_path(wider.final_mazes[60])).split()
+    ids = wider.tokenizer.convert_tokens_to_ids(answer)
+    assert wider.reward("final", 60, ids) == 1.0
+    with pytest.raises(ValueError, match="at least n_val"):
+        maze.MazeTask(9, 120, 30, seed=2, n_final=20)
+
+
 GRID = np.array([
     [1, 1, 1, 1, 1, 1, 1],
     [1, 0, 0, 0, 1, 0, 1],

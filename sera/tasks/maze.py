@@ -152,25 +152,37 @@ def build_tokenizer(folder: str | Path | None = None):
 class MazeTask:
     """Training and held-out mazes as token-id prompts, with the path verifier."""
 
-    def __init__(self, size: int, n_train: int, n_val: int, seed: int = 0, n_tune: int = 0):
+    def __init__(self, size: int, n_train: int, n_val: int, seed: int = 0, n_tune: int = 0,
+                 n_final: int = 0):
         """n_tune > 0 also draws a tuning split (tune_mazes, tune_prompts): mazes distinct
         from both others by layout, never trained on, for choosing a learning rate without
-        touching the held-out ones. The held-out mazes do not depend on n_tune."""
+        touching the held-out ones. The held-out mazes do not depend on n_tune. n_final > 0
+        draws the final evaluation's held-out mazes (split "final"): the n_val ones first, then
+        mazes drawn after the training and tuning ones (the others are the same as without)."""
         n_tune = _checks.integer(n_tune, "n_tune", minimum=0)
+        n_final = _checks.integer(n_final, "n_final", minimum=0)
+        if n_final and n_final < n_val:
+            raise ValueError(f"n_final ({n_final}) must be 0 or at least n_val ({n_val})")
         self.tokenizer = build_tokenizer()
-        train, self.val_mazes = dataset(n_train + n_tune, n_val, size, seed)
+        extra = max(n_final - n_val, 0)
+        train, self.val_mazes = dataset(n_train + n_tune + extra, n_val, size, seed)
+        train, later = train[:n_train + n_tune], train[n_train + n_tune:]
         self.tune_mazes, self.train_mazes = train[:n_tune], train[n_tune:]
+        self.final_mazes = self.val_mazes + later if n_final else None
         encode = self.tokenizer.convert_tokens_to_ids
         self.train_prompts = [encode(prompt_text(g).split()) for g in self.train_mazes]
         self.val_prompts = [encode(prompt_text(g).split()) for g in self.val_mazes]
         self.tune_prompts = [encode(prompt_text(g).split()) for g in self.tune_mazes]
+        self.final_prompts = None if self.final_mazes is None else \
+            [encode(prompt_text(g).split()) for g in self.final_mazes]
         self.stop_token_id = encode("DONE")
         self.pad_token_id = self.tokenizer.pad_token_id
 
     def reward(self, split: str, index: int, response: list[int]) -> float:
-        mazes = {"train": self.train_mazes, "val": self.val_mazes, "tune": self.tune_mazes}
+        mazes = {"train": self.train_mazes, "val": self.val_mazes, "tune": self.tune_mazes,
+                 "final": self.final_mazes or []}
         if split not in mazes:
-            raise ValueError(f"split must be train, val or tune, got {split!r}")
+            raise ValueError(f"split must be train, val, tune or final, got {split!r}")
         grid = mazes[split][index]
         return reward(grid, [VOCAB[t] for t in response])
 

@@ -23,7 +23,8 @@ from sera.trainers.presets import MazeConfig
 
 def build(config: MazeConfig) -> sequence.SequenceStudy:
     """The task, the warmed-up tiny decoder and the study that continues from it."""
-    task = MazeTask(config.size, config.n_train, config.n_val, config.data_seed, config.n_tune)
+    task = MazeTask(config.size, config.n_train, config.n_val, config.data_seed, config.n_tune,
+                    config.n_final)
     model = sequence.tiny_decoder(config, task)
     return sequence.SequenceStudy(config, task, model)
 

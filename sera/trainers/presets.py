@@ -60,6 +60,11 @@ class SequenceConfig(RunConfig):
     """K values of validation Pass@K (each <= eval_samples)."""
     final_samples: int = 64
     """Responses per held-out prompt for the final Pass@K profile."""
+    n_final: int = 0
+    """0: the final evaluation reads the n_val held-out prompts. More: it reads n_final, the
+    n_val ones first and then prompts generated after the training ones, so that neither the
+    training prompts nor the evaluations during training change (a run's curve stays the same)
+    while its final Pass@K rests on more prompts."""
     micro_batch: int = 256
     """Sequences per forward/backward pass (gradients accumulate)."""
     micro_batch_tokens: int | None = None
@@ -101,6 +106,9 @@ class SequenceConfig(RunConfig):
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not 0 < self.eval_top_p <= 1:
             raise ValueError(f"eval_top_p must lie in (0, 1], got {self.eval_top_p}")
+        if self.n_final and self.n_final < getattr(self, "n_val", 0):
+            raise ValueError(f"n_final ({self.n_final}) extends the held-out set: it must be 0 "
+                             f"or at least n_val ({self.n_val})")
 
     @property
     def aggregation(self) -> str:
@@ -145,11 +153,6 @@ class MathConfig(SequenceConfig):
     """Generated training problems."""
     n_val: int = 64
     """Generated held-out problems (disjoint from training by question)."""
-    n_final: int = 0
-    """0: the final evaluation reads the n_val held-out problems. More: it reads n_final, the
-    n_val ones first and then problems generated after the training ones, so that neither the
-    training problems nor the evaluations during training change (a run's curve stays the
-    same) while its final Pass@K rests on more prompts."""
     problem_steps: int = 2
     """Operations per generated problem (harder with more)."""
     max_number: int = 5
@@ -162,9 +165,9 @@ class MathConfig(SequenceConfig):
         if (self.data is None) != (self.val_data is None):
             raise ValueError("give both --data and --val-data (or neither, for the generated "
                              "set)")
-        if self.n_final and (self.data is not None or self.n_final < self.n_val):
-            raise ValueError(f"n_final extends the generated held-out set: it needs generated "
-                             f"problems and at least n_val ({self.n_val}), got {self.n_final}")
+        if self.n_final and self.data is not None:
+            raise ValueError("n_final extends the generated held-out set: it needs generated "
+                             "problems, not --data")
 
     def task_fields(self) -> dict:
         names = ("n_train", "n_val", "problem_steps", "max_number")
