@@ -40,8 +40,9 @@ def test_every_point_runs_paired_seeds_from_one_warm_up(tmp_path):
 def test_a_power_calculated_point_needs_its_prediction_first(tmp_path, monkeypatch):
     monkeypatch.setattr(runstore, "STUDY_DIR", tmp_path)
     assert confirm.STUDY_DIR == tmp_path  # the study folder is read when used, not at import
-    with pytest.raises(FileNotFoundError, match="predict math-hard-n0-16"):
-        confirm.point("math-hard-n0-16").configs(tmp_path)
+    point = dataclasses.replace(confirm.point("math-n0-4"), name="powered", seeds=None)
+    with pytest.raises(FileNotFoundError, match="predict powered"):
+        point.configs(tmp_path)
 
 
 def test_run_never_measures_a_prediction_it_was_not_given(tmp_path, monkeypatch):
