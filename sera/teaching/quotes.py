@@ -46,6 +46,12 @@ how far the method at its chosen step lies above the control's Pass@1-Pass@K fro
 same prompts, with its bootstrap interval (frontier_bracket, K 32 unless given; sweep.frontier_gap)
     {step_chosen|maze-n0-8-long-lr|sera}    {step_bracket|maze-n0-8-long-lr|sera|8}
 
+The package's verdicts on the sweeps are cross-fitted (sera.studies.crossfit: each method's step
+chosen for each K on one half and read on the other, both ways): the gain with its interval over
+prompts and seeds (cross_bracket), its verdict (cross_verdict) and a method's two choices as one
+step or a range ("0.35" or "0.35-0.5", cross_steps)
+    {cross_bracket|math-n0-4-320-lr|sera|32}    {cross_steps|math-n0-4-320-lr|maxrl|32}
+
 The tuning sweeps of notebook 06 (sera.studies.tuning: digits-lr, maze-lr) give, with the
 sweep's name in the point's place, a method's gain over `sera-rate` in points with each method
 at its own best rate (tuned_bracket, tuned_size, tuned_interval) or every method at the sweep's
@@ -86,7 +92,8 @@ DIAGNOSIS_KINDS = ("band_bracket", "band_size", "band_rollouts", "band_signal", 
 TUNING_KINDS = ("tuned_bracket", "tuned_size", "tuned_interval", "shared_bracket", "shared_size",
                 "shared_interval", "best_lr", "shared_lr", "stopped", "stopped_first",
                 "stopped_last", "runs", "rollouts")
-SWEEP_KINDS = ("step_chosen", "step_bracket", "step_gain", "step_interval", "frontier_bracket")
+SWEEP_KINDS = ("step_chosen", "step_bracket", "step_gain", "step_interval", "frontier_bracket",
+               "cross_bracket", "cross_verdict", "cross_steps")
 FIELD = re.compile(r"\{(\w+)\|([^{}|]+)\|([^{}|]+)(?:\|(\d+))?\}")
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+")
 
@@ -207,6 +214,15 @@ def _swept(point: str):
 
 
 def _stepped(kind: str, point: str, method: str, k: int | None) -> str:
+    if kind.startswith("cross_"):
+        row = _crossed(point, k or 1)
+        if kind == "cross_steps":
+            steps = row["treatment_steps" if method == row["treatment"] else "control_steps"]
+            return "-".join(f"{s:g}" for s in sorted(set(steps)))
+        if method != row["treatment"]:
+            raise KeyError(f"{point}: the cross-fit compares {row['treatment']}, not {method}")
+        return bracket(row["gain"], row["low"], row["high"]) if kind == "cross_bracket" \
+            else row["verdict"]
     if kind == "step_chosen":
         return f"{_swept(point)[method]:g}"
     if kind == "frontier_bracket":
@@ -219,6 +235,14 @@ def _stepped(kind: str, point: str, method: str, k: int | None) -> str:
     return {"step_bracket": lambda: bracket(row["gain"], row["low"], row["high"]),
             "step_gain": lambda: _signed(row["gain"]),
             "step_interval": lambda: f"{_signed(row['low'])} to {_signed(row['high'])}"}[kind]()
+
+
+@functools.cache
+def _crossed(point: str, k: int) -> dict:
+    """The sweep's cross-fitted comparison at K (sera.studies.crossfit)."""
+    from sera.studies import crossfit
+
+    return crossfit.compare(point, k)
 
 
 @functools.cache
