@@ -180,7 +180,7 @@ def page_section(found: pd.DataFrame | None = None) -> str:
             f"{r.control}: its steps": " / ".join(f"{s:g}x" for s in r.control_steps),
             f"{r.treatment}: its steps": " / ".join(f"{s:g}x" for s in r.treatment_steps),
             "gain [prompts and seeds]": bracket(r.gain, r.low, r.high),
-            "[seeds only]": bracket(r.gain, r.seeds_low, r.seeds_high)[5:],
+            "[seeds only]": "[" + bracket(r.gain, r.seeds_low, r.seeds_high).split(" [", 1)[1],
             "same step without one seed": stable, "verdict": r.verdict})
     return ("## Each method tuned for each K, cross-fitted\n\n"
             "Each method's step is chosen for the K it is read at, on one half of the held-out "

@@ -264,16 +264,19 @@ def page_section(name: str) -> str:
              "seeds": r.seeds, "Pass@1": f"{100 * r.pass1:.1f}", "Pass@K": f"{100 * r.passk:.1f}",
              "MaxRL at that Pass@1": f"{100 * r.frontier:.1f}" if r.bracketed else "-",
              "margin [prompts and seeds]": bracket(r.gap, r.low, r.high) if r.bracketed else "-",
-             "[seeds only]": bracket(r.gap, r.seeds_low, r.seeds_high)[5:]
+             "[seeds only]": "[" + bracket(r.gap, r.seeds_low, r.seeds_high).split(" [", 1)[1]
              if r.bracketed else "-", "verdict": r.verdict} for r in table.itertuples()]
     said = predictions(name, table)
-    said = said.assign(measured=said["measured"].map(
-        lambda v: "-" if not np.isfinite(v) else f"{v:.1f}"))
+    said = said.assign(
+        measured=said["measured"].map(lambda v: "-" if not np.isfinite(v) else f"{v:.1f}"),
+        prompts=said["prompts"].map(lambda v: "-" if pd.isna(v) else f"{int(v)}"))
     checked = reruns(name)
     same = int(checked["identical"].sum()) if len(checked) else 0
     first = stack.drop(columns=["point", "runs"]).iloc[0]
-    missing = [a.name for a in point(name).arms
-               if a.name not in set(stored_table(name, "final")["arm"])]
+    seeds = stored_table(name, "final").groupby("arm")["seed"].nunique()
+    missing = [f"`{a.name}`" + (f" ({seeds[a.name]} of {MIN_SEEDS} seeds)" if a.name in seeds
+                                else "")
+               for a in point(name).arms if seeds.get(a.name, 0) < MIN_SEEDS]
     return "\n".join([
         f"## {name}: MaxRL's frontier past the sweep's smallest step\n",
         entry["why"] + ".\n",
@@ -287,8 +290,8 @@ def page_section(name: str) -> str:
         "The predictions registered before the runs:\n",
         said.to_markdown(index=False, disable_numparse=True) + "\n",
         f"Reruns of the sweep's cells: {same} of {len(checked)} repeat its training curve "
-        f"value for value." + (f" Not run yet: {', '.join(f'`{m}`' for m in missing)}."
-                               if missing else "") + "\n"])
+        f"value for value." + (f" Not complete yet: {', '.join(missing)}." if missing else "")
+        + "\n"])
 
 
 def main(argv=None) -> int:
