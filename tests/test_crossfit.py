@@ -2,9 +2,12 @@
 sweep's per-seed table, and its interval's coverage on simulated sweeps whose truth is known."""
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from sera.studies import crossfit, sweep
+from sera.passk import pass_at_k
+from sera.studies import crossfit, frontier, sweep
+from sera.studies.confirm.storage import stored_table
 
 SWEEP = "math-n0-4-320-lr"
 
@@ -14,12 +17,30 @@ def test_the_gain_is_the_mean_of_both_directions_chosen_and_read_by_hand(k):
     # brute force from sweep.per_seed: per direction, each method's best mean Pass@K on the
     # choosing half (ties to the smaller step), read on the other half
     table = sweep.per_seed(SWEEP, ks=(k,))
+    # the complete cells of a frontier point that extends the sweep join its grid, on the
+    # sweep's 64 prompts (a cell both ran keeps the sweep's evaluation)
+    swept = set(zip(table["method"], table["multiplier"], strict=True))
+    for name in frontier.extending(SWEEP):
+        final = stored_table(name, "final")
+        final = final[final["prompt"] < 64]
+        final = final.assign(multiplier=final["arm"].map(sweep.multipliers(name)))
+        for (method, mult, seed), run in final.groupby(["method", "multiplier", "seed"]):
+            whole = final[(final["method"] == method) & (final["multiplier"] == mult)]
+            if whole["seed"].nunique() < 6 or (method, mult) in swept:
+                continue
+            passed = pass_at_k(run["n"].to_numpy(), run["correct"].to_numpy(), k)
+            even = (run["prompt"] % 2 == 0).to_numpy()
+            extra = pd.DataFrame([{"method": method, "multiplier": mult, "seed": seed, "k": k,
+                                   "split": split, "value": passed[mine].mean()}
+                                  for split, mine in ((sweep.SELECT, even),
+                                                      (sweep.REPORT, ~even))])
+            table = pd.concat([table, extra], ignore_index=True)
     means = table.groupby(["method", "multiplier", "split"])["value"].mean()
     gains, steps = [], {}
     for choose, report in ((sweep.SELECT, sweep.REPORT), (sweep.REPORT, sweep.SELECT)):
         at = {}
         for method in ("sera", "maxrl"):
-            grid = sorted(sweep.grid_of(SWEEP, method))
+            grid = sorted(table.loc[table["method"] == method, "multiplier"].unique())
             best = max(grid, key=lambda m: (means[method, m, choose], -m))
             at[method] = means[method, best, report]
             steps.setdefault(method, []).append(best)
