@@ -187,9 +187,12 @@ def page_section(found: pd.DataFrame | None = None) -> str:
             "prompts, and the two are compared on the other half; then the halves swap, and the "
             "gain is the mean of the two (`sera.studies.crossfit`). Steps are given as "
             "even-half / odd-half choices. The 95% interval draws the prompts and the seeds and "
-            "chooses the steps again in every draw; the seeds-only interval holds the prompts "
-            "fixed. The verdicts of this section are the package's verdicts on the sweeps; the "
-            "single split registered before the runs stays in the section below.\n\n"
+            "chooses the steps again in every draw; drawing both counts each seed's sampling "
+            "noise twice, so it errs wide, where the seeds-only interval, which holds the "
+            "prompts fixed, errs narrow. The verdicts of this section are the package's "
+            "verdicts on the sweeps; the single split registered before the runs stays in the "
+            "section below. A frontier point that extends a sweep adds its complete cells to "
+            "the sweep's grid, on the sweep's prompts.\n\n"
             + pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True) + "\n")
 
 

@@ -302,7 +302,7 @@ def main(argv=None) -> int:
     shown = table.assign(**{c: 100 * table[c] for c in
                             ("pass1", "passk", "frontier", "gap", "low", "high", "seeds_low",
                              "seeds_high")})
-    print(shown.round(1).to_string(index=False))
+    print(shown.round(1).assign(multiplier=table["multiplier"]).to_string(index=False))
     print(predictions(args.point, table).round(1).to_string(index=False))
     print(reruns(args.point).to_string(index=False))
     return 0
