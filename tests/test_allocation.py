@@ -1,7 +1,9 @@
 """Allocator: budget and bounds, monotonicity, the continuous level against a root finder, and both
 roundings against readable specifications, for p anywhere in [0, 1]."""
 
+import contextlib
 import heapq
+import importlib
 import math
 from unittest import mock
 
@@ -23,6 +25,22 @@ near_one = st.floats(-13, -1).map(lambda e: 1 - 10.0**e)
 middle = st.floats(0.0, 1.0, exclude_min=True, exclude_max=True)
 interior_prob = st.one_of(tiny, near_one, middle)
 prob = st.one_of(interior_prob, st.sampled_from([0.0, 1.0]))
+
+
+@contextlib.contextmanager
+def _patched(**values):
+    """Each name patched in every module of sera.waterfill that binds it, where the code looks it
+    up (SELECT_FROM and SAMPLE size both the level's selection and the paper rounding's cut), as
+    one patch of waterfill did when it was a single module."""
+    modules = [importlib.import_module(f"sera.waterfill.{name}")
+               for name in ("hazard", "level", "rounding")]
+    with contextlib.ExitStack() as stack:
+        for name, value in values.items():
+            holders = [module for module in modules if hasattr(module, name)]
+            assert holders, f"no module of sera.waterfill binds {name}"
+            for module in holders:
+                stack.enter_context(mock.patch.object(module, name, value))
+        yield
 
 
 @st.composite
@@ -99,7 +117,7 @@ def test_hazard_is_within_an_ulp_of_a_high_precision_log1p(path):
     import mpmath
 
     p = _hazard_points()
-    with mock.patch.object(waterfill, "_log1p_vectorised", lambda: path == "log1p"):
+    with _patched(_log1p_vectorised=lambda: path == "log1p"):
         h = hazard(p)
     with mpmath.workdps(60):
         exact = np.array([float(-mpmath.log1p(-mpmath.mpf(float(x)))) if x < 1 else math.inf
@@ -110,7 +128,7 @@ def test_hazard_is_within_an_ulp_of_a_high_precision_log1p(path):
     assert np.all(np.abs(h[inside] - exact[inside]) <= np.spacing(exact[inside]))
     order = np.argsort(p, kind="stable")
     assert np.all(np.diff(h[order]) >= 0)  # nondecreasing in p, adjacent floats included
-    with mock.patch.object(waterfill, "_log1p_vectorised", lambda: path == "log1p"):
+    with _patched(_log1p_vectorised=lambda: path == "log1p"):
         single = hazard(np.asarray(0.3))  # 0-d, as rollouts_for_fidelity passes a scalar p
     assert single.shape == () and abs(single - math.log(1 / 0.7)) <= np.spacing(single)
 
@@ -442,7 +460,7 @@ def test_large_batches_search_with_the_same_result_whatever_the_probes(n_max):
 
 def _selection(sample=4, rounds=16):
     """Every batch's level found by selection, with `sample` prompts sampled per round."""
-    return mock.patch.multiple(waterfill, SELECT_FROM=1, SAMPLE=sample, _ROUNDS=rounds)
+    return _patched(SELECT_FROM=1, SAMPLE=sample, _ROUNDS=rounds)
 
 
 def _assert_same_allocations(selected, sorted_):
@@ -541,7 +559,7 @@ def test_a_sampled_bracket_that_misses_the_level_is_settled_again(miss):
             return t1, t1
         return (side[0], side[1]) if miss == "above" else (side[-2], side[-1])
 
-    with mock.patch.multiple(waterfill, _pivots=missing, SELECT_FROM=1):
+    with _patched(_pivots=missing, SELECT_FROM=1):
         selected = _every_result(p, budget, 2, 64)
     assert len(missed) >= 3, missed  # a missed bracket in each of the three selections
     _assert_same_allocations(selected, _every_result(p, budget, 2, 64))
@@ -579,7 +597,7 @@ def test_large_batches_select_the_level_the_sort_finds(n_max, grid):
     for budget in (2 * p.size, 2 * p.size + 1, 3 * p.size - 7, 16 * p.size, high - 1, high):
         budget = min(budget, high)
         selected = _every_result(p, budget, 2, n_max)
-        with mock.patch.object(waterfill, "SELECT_FROM", p.size + 1):
+        with _patched(SELECT_FROM=p.size + 1):
             _assert_same_allocations(selected, _every_result(p, budget, 2, n_max))
 
 
@@ -602,8 +620,8 @@ def test_the_narrow_bracket_gives_the_water_filling_on_large_batches(monkeypatch
         brackets.append(near(*args))
         return brackets[-1]
 
-    monkeypatch.setattr(waterfill, "pick_keys", spy_pick)
-    monkeypatch.setattr(waterfill, "_near", spy_near)
+    monkeypatch.setattr("sera.waterfill.rounding.pick_keys", spy_pick)
+    monkeypatch.setattr("sera.waterfill.rounding._near", spy_near)
     rng = np.random.default_rng(11)
     size = 40_000
     tiny = 10.0 ** -rng.uniform(5, 300, size)
