@@ -1,7 +1,8 @@
 """The process that runs a student's definitions for the grader (sera.teaching.sandbox).
 
 This file is read as text and run with `python -I -c`, inside the sandbox where the sera package
-is not importable; it imports nothing but the standard library and numpy. It first lowers its own
+is not importable; it imports nothing but the standard library and numpy. Its one argument is the
+text of sera/teaching/_wire.py, the value codec the grader uses too. It first lowers its own
 limits (SERA_SANDBOX_LIMITS: processes, file size, address space), then reads one JSON request
 per line on standard input and answers on a copy of standard output taken before any student code
 runs (standard output itself then goes to standard error, which the grader drops):
@@ -13,9 +14,8 @@ runs (standard output itself then goes to standard error, which the grader drops
 A definition runs its code's top-level statements one at a time, each within STATEMENT_SECONDS,
 as the kernel ran the cells: a statement that raises is listed (with the function it defines,
 if it is a def) and the next one runs. An error is {"error": kind, "message": ..., "raised":
-true} for an exception of student code (kind: its type's name), else {"error": "Missing" |
-"unencodable"}. Values are plain JSON; an
-array travels as {"array": nested lists, "dtype": kind letter}.
+true} for an exception of student code (kind: its type's name), else one of the worker's own
+(_wire.WORKER_ERRORS: "Missing", "unencodable"). Values are plain ones, as _wire encodes them.
 """
 
 import ast
@@ -24,6 +24,7 @@ import os
 import resource
 import signal
 import sys
+import types
 import warnings
 
 STATEMENT_SECONDS = 5
@@ -37,40 +38,10 @@ _answers = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
 warnings.simplefilter("ignore")  # a warning is the student's business, never a lost point
 
-import numpy as np  # noqa: E402 - after the streams are set
-
-
-class _Unencodable(Exception):
-    """The function returned something that is not a number, an array or a list of them."""
-
-
-def _decode(value):
-    if isinstance(value, dict):
-        return np.array(value["array"], dtype={"f": float, "i": int, "b": bool}[value["dtype"]])
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    return value
-
-
-def _encode(value):
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind not in "fiub":
-            raise _Unencodable
-        if value.dtype.kind == "f":
-            value = value.astype(float)  # np.longdouble too
-        kind = "i" if value.dtype.kind == "u" else value.dtype.kind
-        return {"array": value.tolist(), "dtype": kind}
-    if isinstance(value, np.floating):
-        return float(value)  # np.longdouble too, rounded to the nearest float
-    if isinstance(value, (np.bool_, np.integer)):
-        return value.item()
-    if isinstance(value, np.generic):
-        raise _Unencodable  # complex numbers, strings, dates
-    if isinstance(value, (bool, int, float)) or value is None:
-        return value  # json writes a subclass as its base type's number
-    if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
-    raise _Unencodable
+# The codec imports numpy: after the streams are set, as a module of its own (the sera package,
+# where the grader imports it from, is not importable here)
+_wire = types.ModuleType("_wire")
+exec(compile(sys.argv[1], "_wire.py", "exec"), _wire.__dict__)  # noqa: S102 - the grader's file
 
 
 def _late(signum, frame):
@@ -118,12 +89,13 @@ for _line in sys.stdin:
         else:
             _function = _namespace.get(_request["name"])
             if not callable(_function):
-                _answer({"error": "Missing", "message": f"no function {_request['name']}"})
+                _answer({"error": "Missing",
+                         "message": _wire.WORKER_ERRORS["Missing"].format(name=_request["name"])})
                 continue
-            _value = _function(*_decode(_request["args"]))
+            _value = _function(*_wire.decode(_request["args"], text=True))
             try:
-                _encoded = _encode(_value)
-            except (_Unencodable, RecursionError):
+                _encoded = _wire.encode(_value)
+            except (_wire.Unencodable, RecursionError):
                 _answer({"error": "unencodable"})
                 continue
             _answer({"ok": _encoded})

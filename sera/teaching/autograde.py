@@ -145,7 +145,7 @@ def _define(node, kept: list, dropped: dict, refused: dict) -> None:
         why += [f"uses {name}, imported from {dropped[name]}" for name in _globals_read(node)
                 if name in dropped]
         if why:
-            refused[node.name] = why[0]
+            refused[node.name] = _reason("import", why[0])
         else:
             refused.pop(node.name, None)
         dropped.pop(node.name, None)
@@ -180,8 +180,36 @@ def run_cells(box: Sandbox, code: str, refused: dict[str, str]) -> str | None:
                 f"run your notebook from the top to find it.")
     for name, kind in failed:
         if name:
-            refused.setdefault(name, f"could not be defined when your cells ran ({kind})")
+            refused.setdefault(name, _reason("definition", kind))
     return None
+
+
+REFUSALS = (
+    ("definition", "could not be defined when your cells ran ({detail})", "{name} {reason}."),
+    ("import", "{detail}", "{name} {reason}, but these exercises are numpy and math only."),
+)
+"""Why the grader does not call a student's function, kind by kind: the reason `refused` holds
+for it ({detail}: the type of the exception its def raised, from `run_cells`; the import rule's
+reason, "imports scipy", from `definitions`) and what the student reads ({name}: the function).
+A reason is of the first kind whose wording it has; an import rule's, any text, comes last."""
+
+
+def _reason(kind: str, detail: str) -> str:
+    """The reason `refused` holds for a function of this kind of refusal."""
+    return next(reason for k, reason, _ in REFUSALS if k == kind).format(detail=detail)
+
+
+def _refusal(name: str, reason: str) -> str:
+    """What the student reads of their function `name`, refused for `reason`."""
+    says = next(says for _, wording, says in REFUSALS if _worded(reason, wording))
+    return says.format(name=name, reason=reason)
+
+
+def _worded(reason: str, wording: str) -> bool:
+    """Whether reason is `wording` with some detail in its place."""
+    before, _, after = wording.partition("{detail}")
+    return len(reason) >= len(before) + len(after) and reason.startswith(before) \
+        and reason.endswith(after)
 
 
 def hidden_region(source: str) -> str | None:
@@ -252,9 +280,7 @@ def grade_cell(hidden: str, box: Sandbox, functions: list[str],
 
     def stand_in(name):
         if name in refused:
-            rule = "" if refused[name].startswith("could not") else \
-                ", but these exercises are numpy and math only"
-            why = f"{name} {refused[name]}{rule}."
+            why = _refusal(name, refused[name])
 
             def call(*args):
                 raise StudentError("refused", why)

