@@ -99,3 +99,19 @@ def test_a_rerun_that_departs_from_the_sweep_by_one_value_is_not_identical(monke
     assert frontier.reruns(POINT)["identical"].tolist() == [True]
     tables[POINT] = mine.assign(value=[0.2, 0.1000001, 0.4])
     assert frontier.reruns(POINT)["identical"].tolist() == [False]
+
+
+def test_the_description_is_the_margin_over_the_best_cell_with_as_high_a_pass1():
+    # one seed, one prompt per cell: the cells are their own means
+    ones = {("maxrl", 0.25): np.array([[0.30]]), ("maxrl", 0.5): np.array([[0.32]]),
+            ("maxrl", 1.0): np.array([[0.25]]), ("sera", 0.35): np.array([[0.28]])}
+    ks = {("maxrl", 0.25): np.array([[0.70]]), ("maxrl", 0.5): np.array([[0.66]]),
+          ("maxrl", 1.0): np.array([[0.80]]), ("sera", 0.35): np.array([[0.75]])}
+    controls = [c for c in ones if c[0] == "maxrl"]
+    seeds = {c: np.array([0]) for c in ones}
+    gap, best = frontier._gap(ones, ks, ("sera", 0.35), controls, seeds, np.array([0]))
+    # MaxRL at 1x (Pass@1 0.25 < 0.28) does not reach it; of the two that do, 0.70 is the best
+    assert best == pytest.approx(0.75 - 0.70)
+    assert gap == pytest.approx(0.75 - (0.80 + (0.28 - 0.25) / 0.05 * (0.70 - 0.80)))
+    ones[("sera", 0.35)] = np.array([[0.40]])
+    assert np.isnan(frontier._gap(ones, ks, ("sera", 0.35), controls, seeds, np.array([0]))[1])
