@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sera.results import SIDES, bracket
+from sera.results import SIDES, bracket, verdict
 from sera.studies import crossfit, difficulty, frontier, sweep
 
 MAX_WORDS = 40
@@ -72,12 +72,17 @@ def table(found: pd.DataFrame, frontiers: pd.DataFrame) -> str:
                                        (r.control, r.control_steps))),
              "verdict": r.verdict} for r in found.itertuples()]
     for r in frontiers.itertuples():
+        if r.bracketed:  # the registered test
+            said, steps, word = (f"{bracket(r.gap, r.low, r.high)} above MaxRL's frontier",
+                                 "matched Pass@1", r.verdict)
+        else:  # no two MaxRL cells bracket it: the description
+            said, steps, word = (f"{bracket(r.above_best, r.best_low, r.best_high)} above "
+                                 f"every MaxRL cell", "each with a higher Pass@1",
+                                 verdict(r.above_best, r.best_low, r.best_high, seeds=r.seeds))
         rows.append({"study": r.point, "K": r.k,
-                     "`sera` - MaxRL, each at its step for this K":
-                         f"{bracket(r.gap, r.low, r.high)} above MaxRL's frontier",
-                     "steps (`sera`; MaxRL)": f"{r.multiplier:g}x; matched Pass@1, "
-                                              f"{r.prompts} prompts",
-                     "verdict": r.verdict})
+                     "`sera` - MaxRL, each at its step for this K": said,
+                     "steps (`sera`; MaxRL)": f"{r.multiplier:g}x; {steps}, "
+                                              f"{r.prompts} prompts", "verdict": word})
     return pd.DataFrame(rows[:MAX_ROWS]).to_markdown(index=False, disable_numparse=True)
 
 
@@ -85,7 +90,9 @@ def _frontier_rows() -> pd.DataFrame:
     parts = []
     for name in frontier.frontier_points():
         margins = frontier.margins(name)
-        margins = margins[margins["bracketed"] & (margins["prompts"] == margins["prompts"].max())
+        shown = margins["bracketed"] | (np.isfinite(margins["above_best"])
+                                         & np.isfinite(margins["best_low"]))
+        margins = margins[shown & (margins["prompts"] == margins["prompts"].max())
                           & (margins["k"] == margins["k"].max())]
         parts.append(margins.assign(point=name))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
