@@ -318,7 +318,7 @@ def main(argv=None) -> int:
     table = margins(args.point)
     shown = table.assign(**{c: 100 * table[c] for c in
                             ("pass1", "passk", "frontier", "gap", "low", "high", "seeds_low",
-                             "seeds_high")})
+                             "seeds_high", "above_best", "best_low", "best_high")})
     print(shown.round(1).assign(multiplier=table["multiplier"]).to_string(index=False))
     print(predictions(args.point, table).round(1).to_string(index=False))
     print(reruns(args.point).to_string(index=False))
