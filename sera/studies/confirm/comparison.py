@@ -52,10 +52,12 @@ def compare(name: str, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
 
 
 def compare_points(names, ks=(1, 8, 32, 128), store_dir=None) -> pd.DataFrame:
-    """`compare` for every point of `names` that has stored runs, with a point column."""
+    """`compare` for every confirmation point of `names` that has stored runs, with a point
+    column (a frontier point, which adds cells to a sweep, is read by sera.studies.frontier)."""
     folder = Path(store_dir or runstore.STUDY_DIR)
     parts = [compare(name, ks, store_dir).assign(point=name) for name in names
-             if (folder / name / runstore.stored_file("final")).exists()]
+             if (folder / name / runstore.stored_file("final")).exists()
+             and getattr(points.POINTS.get(name), "kind", "point") == "point"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["point", "arm", "k"])
 
