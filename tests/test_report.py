@@ -317,7 +317,7 @@ def test_the_recommendation_follows_each_verdict():
     neither = readme.recommendation(found(0.01, -0.02, 0.04, "inconclusive"), nothing)[0]
     assert "run `sera` at 0.35-0.5x" in ahead and "MaxRL" not in ahead
     assert "run MaxRL at 0.7x" in behind and "run `sera`" not in behind
-    assert "inconclusive" in neither and " run " not in neither
+    assert "unresolved" in neither and " run " not in neither
 
 
 def test_the_preset_table_compares_a_tagged_arm_with_maxrl_at_its_step():

@@ -38,7 +38,7 @@ def _advice(r) -> str:
         return f"for Pass@{r.k} run `sera` at {sera_at} the preset step ({gain})"
     if side == behind:
         return f"for Pass@{r.k} run MaxRL at {maxrl_at} ({gain} for `sera`)"
-    return f"Pass@{r.k} is inconclusive, `sera` at {sera_at} against MaxRL at {maxrl_at} ({gain})"
+    return f"Pass@{r.k} is unresolved, `sera` at {sera_at} against MaxRL at {maxrl_at} ({gain})"
 
 
 def recommendation(found: pd.DataFrame, by_difficulty: pd.DataFrame) -> list[str]:
